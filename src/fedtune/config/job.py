@@ -1,0 +1,219 @@
+"""The root :class:`JobConfig` and its sections (model, training, LoRA, tenants, tracking)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from fedtune.config.algorithms import AlgorithmConfig
+from fedtune.config.base import Dns1123Label, StrictModel
+
+
+class TinyModelConfig(StrictModel):
+    """A small decoder built from a config with seeded weights (laptops, tests, CI)."""
+
+    source: Literal["tiny"] = Field(description="Build a tiny model from this config.")
+    arch: Literal["llama", "gpt2"] = Field("llama", description="Decoder shape.")
+    hidden_size: int = Field(64, ge=8, le=8192, description="Hidden width.")
+    num_layers: int = Field(4, ge=1, le=128, description="Number of decoder layers.")
+    num_heads: int = Field(4, ge=1, le=128, description="Attention heads (must divide hidden).")
+    intermediate_size: int = Field(128, ge=8, le=32768, description="MLP width.")
+    max_position_embeddings: int = Field(512, ge=16, le=131072, description="Context length.")
+    init_seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the initial weights.")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
+                "pick num_heads that divides hidden_size"
+            )
+        return self
+
+
+class PretrainedModelConfig(StrictModel):
+    """A Hugging Face format directory (local path, file:// or s3:// URI)."""
+
+    source: Literal["pretrained"] = Field(description="Load a Hugging Face directory.")
+    uri: str = Field(min_length=1, max_length=2048, description="Path or URI of the directory.")
+
+
+ModelConfig = Annotated[TinyModelConfig | PretrainedModelConfig, Field(discriminator="source")]
+
+
+class TrainingConfig(StrictModel):
+    """Local training on each tenant, per round."""
+
+    local_steps: int | None = Field(
+        10, ge=1, le=100_000, description="Optimizer steps per round (exclusive with local_epochs)."
+    )
+    local_epochs: int | None = Field(
+        None, ge=1, le=1000, description="Passes over the tenant's data per round."
+    )
+    batch_size: int = Field(8, ge=1, le=4096, description="Examples per step.")
+    lr: float = Field(1e-3, gt=0.0, le=10.0, description="Client learning rate.")
+    optimizer: Literal["sgd", "adamw"] = Field("adamw", description="Client optimizer.")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW weight decay.")
+    max_seq_len: int = Field(256, ge=8, le=131072, description="Tokens per example (truncated).")
+    eval_fraction: float = Field(
+        0.1, ge=0.0, lt=1.0, description="Share of each tenant's data held out for evaluation."
+    )
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> TrainingConfig:
+        if (self.local_steps is None) == (self.local_epochs is None):
+            raise ValueError(
+                "set exactly one of local_steps and local_epochs "
+                f"(got local_steps={self.local_steps}, local_epochs={self.local_epochs}); "
+                "write `local_epochs: 1` together with `local_steps: null` to train by epochs"
+            )
+        return self
+
+
+class LoraConfig(StrictModel):
+    """LoRA adapter settings (Hu et al. 2022)."""
+
+    r: int = Field(8, ge=1, le=1024, description="Rank.")
+    alpha: float = Field(16.0, gt=0.0, le=4096.0, description="Scaling alpha (scale = alpha/r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: list[str] | None = Field(
+        None,
+        description="Module names to adapt; default per architecture (Llama q_proj,v_proj; GPT-2 c_attn).",
+    )
+
+
+class TenantResources(StrictModel):
+    """What a tenant's client step asks of its cluster (ignored by the local engine)."""
+
+    cpu: str = Field("2", pattern=r"^\d+(\.\d+)?m?$", description="CPU request and limit.")
+    memory: str = Field("8Gi", pattern=r"^\d+(Ki|Mi|Gi|Ti)?$", description="Memory limit.")
+    gpu: int = Field(0, ge=0, le=16, description="nvidia.com/gpu limit.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=list, description="Pod tolerations (key/operator/value/effect)."
+    )
+
+
+class TenantConfig(StrictModel):
+    """One data-owning tenant."""
+
+    name: Dns1123Label = Field(description="Tenant name (DNS-1123 label).")
+    data_uri: str = Field(
+        min_length=1, max_length=2048, description="JSONL training data: path, file:// or s3:// URI."
+    )
+    data_format: Literal["auto", "alpaca", "dolly", "gsm8k"] = Field(
+        "auto", description="Record format of the data file."
+    )
+    namespace: Dns1123Label | None = Field(
+        None, description="Kubernetes namespace of the tenant's steps (default: the name)."
+    )
+    store_uri: str | None = Field(
+        None,
+        max_length=2048,
+        description="The tenant's private store for client state (default: under workdir).",
+    )
+    resources: TenantResources = Field(
+        default_factory=TenantResources, description="Cluster resources of the client step."
+    )
+
+    @property
+    def k8s_namespace(self) -> str:
+        """The namespace the tenant's pods run in."""
+        return self.namespace or self.name
+
+
+class TrackingConfig(StrictModel):
+    """Experiment tracking and model registration."""
+
+    backend: Literal["mlflow", "none"] = Field("mlflow", description="Tracker implementation.")
+    tracking_uri: str | None = Field(
+        None,
+        description="MLflow URI; default MLFLOW_TRACKING_URI, else a SQLite store in workdir.",
+    )
+    experiment: str = Field("fedtune", min_length=1, max_length=256, description="Experiment.")
+    registered_model: str | None = Field(
+        None, max_length=256, description="Registry name of the final model (default: job name)."
+    )
+    alias: str = Field(
+        "candidate", pattern=r"^[a-z][a-z0-9_-]{0,62}$", description="Alias set on the new version."
+    )
+
+
+class LimitsConfig(StrictModel):
+    """Bounds that protect the provider from malformed updates."""
+
+    max_update_bytes: int = Field(
+        256 * 2**20, ge=1024, le=2**40, description="Largest accepted update, in bytes."
+    )
+
+
+class JobConfig(StrictModel):
+    """A federated fine-tuning job: who takes part, what trains, how, and where it is stored."""
+
+    name: Dns1123Label = Field(description="Job name (DNS-1123 label); prefixes stored state.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of sampling and training.")
+    workdir: str = Field(
+        ".fedtune", min_length=1, description="Local work directory (default stores, MLflow)."
+    )
+    model: ModelConfig = Field(description="Base model.")
+    tokenizer: str = Field(
+        "auto",
+        min_length=1,
+        description="'auto' (builtin for tiny models, the model's own otherwise), 'builtin', "
+        "or a Hugging Face tokenizer directory.",
+    )
+    algorithm: AlgorithmConfig = Field(description="Algorithm and its hyperparameters.")
+    rounds: int = Field(3, ge=1, le=100_000, description="Federated rounds.")
+    clients_per_round: int | None = Field(
+        None, ge=1, le=100_000, description="Tenants sampled per round (default: all)."
+    )
+    min_clients: int = Field(1, ge=1, le=100_000, description="Quorum of valid updates per round.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="Local training.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA settings.")
+    tenants: list[TenantConfig] = Field(min_length=1, max_length=10_000, description="Tenants.")
+    public_data_uri: str | None = Field(
+        None, description="Public dataset the provider may train on (algorithms that need one)."
+    )
+    exchange_uri: str | None = Field(
+        None, description="Provider<->tenant exchange store (default: workdir/exchange)."
+    )
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Tracking.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Update bounds.")
+    engine: Literal["local", "kfp-local"] = Field("local", description="Default engine.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> JobConfig:
+        names = [t.name for t in self.tenants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tenant names must be unique; repeated: {dupes}")
+        spaces = [t.k8s_namespace for t in self.tenants]
+        shared = sorted({n for n in spaces if spaces.count(n) > 1})
+        if shared:
+            raise ValueError(
+                f"tenants must not share a namespace (isolation); shared: {shared}; "
+                "give each tenant its own namespace"
+            )
+        per_round = self.sampled_per_round
+        if per_round > len(self.tenants):
+            raise ValueError(
+                f"clients_per_round={per_round} exceeds the {len(self.tenants)} tenants; "
+                "lower it or add tenants"
+            )
+        if self.min_clients > per_round:
+            raise ValueError(
+                f"min_clients={self.min_clients} exceeds clients_per_round={per_round}; "
+                "no round could reach the quorum — lower min_clients"
+            )
+        return self
+
+    @property
+    def sampled_per_round(self) -> int:
+        """How many tenants take part in each round."""
+        return self.clients_per_round or len(self.tenants)
+
+    @property
+    def registered_model_name(self) -> str:
+        """Registry name of the final model."""
+        return self.tracking.registered_model or self.name

@@ -1,0 +1,1 @@
+"""Types, errors and the registry every other package builds on."""
