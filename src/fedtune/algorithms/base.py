@@ -1,0 +1,83 @@
+"""The phase interface every algorithm implements (see docs/architecture.md).
+
+An algorithm holds only its own config section. Everything a phase needs arrives as an
+argument and everything the next phase needs leaves as a typed :class:`Message`, because on
+Kubernetes each phase is a separate pod. Algorithms return metrics; they never log them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
+from fedtune.training.context import Context, TenantData
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A final model written by :meth:`Algorithm.export`, as a local directory."""
+
+    kind: str  # e.g. "adapter", "merged", "emulator"
+    path: Path
+    register: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Algorithm(ABC, Generic[C]):
+    """Four phases plus export. Subclasses register with :func:`fedtune.core.registry.register`."""
+
+    #: Keys under which update tensors are validated against the broadcast.
+    update_groups: ClassVar[tuple[str, ...]] = ("adapter",)
+
+    def __init__(self, config: C) -> None:
+        self.config = config
+
+    @abstractmethod
+    def init_state(self, ctx: Context) -> ServerState:
+        """Provider, once: the state before round 1."""
+
+    @abstractmethod
+    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+        """Provider, start of a round: what every sampled tenant receives."""
+
+    @abstractmethod
+    def client_step(
+        self,
+        ctx: Context,
+        broadcast: Broadcast,
+        data: TenantData,
+        client_state: ClientState | None,
+    ) -> tuple[Update, ClientState | None]:
+        """Tenant: train locally; return the update and the state it keeps for itself."""
+
+    @abstractmethod
+    def aggregate(
+        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+    ) -> ServerState:
+        """Provider: fold the round's valid updates into the next state."""
+
+    @abstractmethod
+    def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
+        """Tenant: metrics of the model in ``broadcast`` on the tenant's held-out split."""
+
+    @abstractmethod
+    def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+        """Provider, after the last round: the final models as local directories."""
+
+    def expected_update_shapes(self, broadcast: Broadcast) -> dict[str, tuple[int, ...]]:
+        """Names and shapes a valid update must carry (checked before aggregation)."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        for group in self.update_groups:
+            for name, tensor in broadcast.group("adapter").items():
+                shapes[f"{group}/{name}"] = tuple(tensor.shape)
+        return shapes
+
+    def params(self) -> dict[str, Any]:
+        """Hyperparameters to record with the run."""
+        dump = getattr(self.config, "model_dump", None)
+        return dump() if callable(dump) else {}

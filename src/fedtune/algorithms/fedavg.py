@@ -1,0 +1,139 @@
+"""FedAvg on LoRA adapters — the FedIT baseline.
+
+McMahan et al. 2017, "Communication-Efficient Learning of Deep Networks from Decentralized
+Data", Algorithm 1: ``w_{t+1} = sum_k (n_k / n) w^k_{t+1}``; applied to LoRA adapters as in
+FedIT (Zhang et al. 2024): ``lora_A`` and ``lora_B`` are averaged separately, weighted by
+sample counts (which is not the average of ``B @ A``; every reference implementation does the
+same). FedProx, SCAFFOLD and FedOPT subclass this and override one hook each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Generic, TypeVar
+
+import torch
+
+from fedtune.aggregation import weighted_mean
+from fedtune.algorithms.base import Algorithm, Artifact
+from fedtune.config.algorithms import FedAvgConfig
+from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
+from fedtune.core.registry import register
+from fedtune.eval.loss import lm_eval_loss
+from fedtune.models import lora as lora_helpers
+from fedtune.training.context import Context, TenantData, derive_seed
+from fedtune.training.local import Regularizer, TrainResult, plan_steps, train_local
+
+C = TypeVar("C")
+
+
+class LoraFedAlgorithm(Algorithm[C], Generic[C]):
+    """The FedIT skeleton: global LoRA adapter out, locally trained adapters back."""
+
+    # -- provider ---------------------------------------------------------------------------
+    def init_state(self, ctx: Context) -> ServerState:
+        adapter = lora_helpers.adapter_state(ctx.peft_model())
+        return ServerState(tensors=prefixed("adapter", adapter), meta={"round": 0})
+
+    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+        return Broadcast(
+            tensors=prefixed("adapter", state.group("adapter")), meta={"round": round_index}
+        )
+
+    def aggregate(
+        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+    ) -> ServerState:
+        names = sorted(updates)
+        mean = weighted_mean(
+            [updates[n].group("adapter") for n in names],
+            [float(updates[n].meta["num_samples"]) for n in names],
+        )
+        return ServerState(tensors=prefixed("adapter", mean), meta={"round": round_index})
+
+    def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+        model = ctx.peft_model(state.group("adapter"))
+        adapter_dir = out_dir / "adapter"
+        lora_helpers.save_adapter(model, adapter_dir)
+        tags = {"algorithm": self.name_tag(), "rounds": str(state.meta.get("round", 0))}
+        return {"adapter": Artifact(kind="adapter", path=adapter_dir, register=True, tags=tags)}
+
+    def name_tag(self) -> str:
+        """The algorithm name recorded in tags."""
+        return str(getattr(self.config, "name", type(self).__name__.lower()))
+
+    # -- tenant -----------------------------------------------------------------------------
+    def client_step(
+        self,
+        ctx: Context,
+        broadcast: Broadcast,
+        data: TenantData,
+        client_state: ClientState | None,
+    ) -> tuple[Update, ClientState | None]:
+        global_adapter = broadcast.group("adapter")
+        model = ctx.peft_model(global_adapter)
+        round_index = int(broadcast.meta["round"])
+        eval_loss = self._eval_loss(ctx, model, data)
+        params = lora_helpers.trainable_parameters(model)
+        encoded = ctx.encode(data.train)
+        steps = plan_steps(ctx.training, len(encoded))
+        seed = derive_seed(ctx.seed, "train", round_index, data.tenant)
+        result = train_local(
+            model,
+            params,
+            ctx.train_batches(encoded, steps, seed),
+            ctx.training,
+            seed=seed,
+            regularizer=self.regularizer(global_adapter),
+            grad_correction=self.grad_correction(broadcast, client_state),
+        )
+        trained = lora_helpers.adapter_state(model)
+        update = Update(
+            tensors=prefixed("adapter", trained),
+            meta={
+                "num_samples": len(data.train),
+                "train_loss": result.loss,
+                "eval_loss": eval_loss,
+                "steps": result.steps,
+                "tokens": result.tokens,
+                "train_seconds": result.seconds,
+            },
+        )
+        return self.finish_client(ctx, update, trained, broadcast, client_state, result)
+
+    def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
+        model = ctx.peft_model(broadcast.group("adapter"))
+        return {"eval_loss": self._eval_loss(ctx, model, data)}
+
+    @staticmethod
+    def _eval_loss(ctx: Context, model: torch.nn.Module, data: TenantData) -> float:
+        if not data.eval:
+            return float("nan")
+        return lm_eval_loss(model, ctx.eval_batches(ctx.encode(data.eval)))
+
+    # -- hooks the FedIT variants override ----------------------------------------------------
+    def regularizer(self, global_adapter: dict[str, torch.Tensor]) -> Regularizer | None:
+        """Extra client loss term (FedProx)."""
+        return None
+
+    def grad_correction(
+        self, broadcast: Broadcast, client_state: ClientState | None
+    ) -> dict[str, torch.Tensor] | None:
+        """Gradient correction per step (SCAFFOLD)."""
+        return None
+
+    def finish_client(
+        self,
+        ctx: Context,
+        update: Update,
+        trained: dict[str, torch.Tensor],
+        broadcast: Broadcast,
+        client_state: ClientState | None,
+        result: TrainResult,
+    ) -> tuple[Update, ClientState | None]:
+        """Add algorithm-specific tensors to the update and the kept state (SCAFFOLD)."""
+        return update, client_state
+
+
+@register("fedavg")
+class FedAvg(LoraFedAlgorithm[FedAvgConfig]):
+    """Sample-weighted FedAvg of LoRA adapters."""

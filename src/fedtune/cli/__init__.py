@@ -1,0 +1,1 @@
+"""The ``fedtune`` command line."""

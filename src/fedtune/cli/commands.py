@@ -1,0 +1,149 @@
+"""Subcommands: validate, run, algorithms (partition and bench live in their own modules)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fedtune.config import load_job
+from fedtune.config.job import JobConfig
+from fedtune.tracking.base import NullTracker, Tracker
+
+out = Console(highlight=False)
+
+Registrar = Callable[[Any], None]
+
+
+def make_tracker(job: JobConfig) -> Tracker:
+    """The tracker the job asks for; MLflow defaults to a SQLite store in the workdir."""
+    if job.tracking.backend == "none":
+        return NullTracker()
+    from fedtune.tracking.mlflow_tracker import MlflowTracker
+
+    default = f"sqlite:///{(Path(job.workdir) / 'mlflow.db').resolve()}"
+    uri = job.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default
+    Path(job.workdir).mkdir(parents=True, exist_ok=True)
+    return MlflowTracker(tracking_uri=uri, experiment=job.tracking.experiment)
+
+
+# -- validate -------------------------------------------------------------------------------
+def _validate(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    out.print(
+        f"[green]ok[/] {args.job}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
+        f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
+    )
+    return 0
+
+
+def register_validate(sub: Any) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="check a job file and list every problem at once",
+        description="Validate JOB.yaml. Each problem is printed with its field path and a fix; "
+        "the exit code is 2 when any problem is found.",
+    )
+    p.add_argument("job", help="path of the job YAML file")
+    p.set_defaults(handler=_validate)
+
+
+# -- run ------------------------------------------------------------------------------------
+def _run(args: argparse.Namespace) -> int:
+    from fedtune.engines.local import RunOptions, default_summary_path, run_job
+
+    job = load_job(args.job)
+    engine = args.engine or job.engine
+    if engine != "local":
+        from fedtune.core.errors import ConfigError
+
+        raise ConfigError(
+            f"engine {engine!r} is not available in this version",
+            fix="Use --engine local.",
+        )
+    options = RunOptions(
+        resume=args.resume,
+        fresh=args.fresh,
+        until_round=args.until_round,
+        progress=not args.no_progress,
+    )
+    summary = run_job(job, make_tracker(job), options)
+    path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+    _print_summary(summary, path)
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else ("-" if value is None else str(value))
+
+
+def _print_summary(summary: dict[str, Any], path: Path) -> None:
+    table = Table(title=f"{summary['job']} ({summary['algorithm']})")
+    for column in ("round", "tenants", "train loss", "eval loss", "bytes out/in per tenant", "seconds"):
+        table.add_column(column, justify="right")
+    for record in summary["rounds"]:
+        first = next(iter(record["tenants"].values()), {})
+        table.add_row(
+            str(record["round"]),
+            f"{len(record['accepted'])}/{len(record['sampled'])}",
+            _fmt(record["train_loss"]),
+            _fmt(record["eval_loss"]),
+            f"{first.get('bytes_sent', 0):,} / {first.get('bytes_received', 0):,}",
+            f"{record['wall_time']['total']:.1f}",
+        )
+    out.print(table)
+    for name, artifact in summary.get("artifacts", {}).items():
+        line = f"{name}: {artifact['uri']}"
+        if "model_uri" in artifact:
+            line += f"  (registered version {artifact['registered_version']})"
+        out.print(line)
+    if summary.get("mlflow_run_id"):
+        out.print(f"MLflow run: {summary['mlflow_run_id']}")
+    out.print(f"summary: {path}")
+
+
+def register_run(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a job (in-process engine by default)",
+        description="Run JOB.yaml: rounds of tenant training and aggregation, then export and "
+        "register the final model. Finished steps are stored, so --resume continues a crashed "
+        "run where it stopped.",
+    )
+    p.add_argument("job", help="path of the job YAML file")
+    p.add_argument("--engine", choices=["local"], help="override the job's engine")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true", help="continue a stored run")
+    group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
+    p.add_argument("--until-round", type=int, metavar="N", help="stop after round N (resume later)")
+    p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_run)
+
+
+# -- algorithms -----------------------------------------------------------------------------
+def _algorithms(args: argparse.Namespace) -> int:
+    from fedtune.core.registry import algorithm_names, get_algorithm
+
+    for name in algorithm_names():
+        doc = (get_algorithm(name).__doc__ or "").strip().splitlines()[0]
+        out.print(f"[bold]{name:12}[/] {doc}")
+    return 0
+
+
+def register_algorithms(sub: Any) -> None:
+    p = sub.add_parser("algorithms", help="list the registered algorithms")
+    p.set_defaults(handler=_algorithms)
+
+
+REGISTRARS: list[Registrar] = [register_validate, register_run, register_algorithms]

@@ -1,0 +1,213 @@
+"""The in-process engine: rounds -> tenants -> aggregation in one process, with progress bars.
+
+It runs the very step functions the KFP components run, so a local run and a cluster run
+share their behaviour, store layout and resume logic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.engines import layout, steps
+from fedtune.engines.summary import RoundRecord, build_summary
+from fedtune.tracking.base import Tracker
+
+log = logging.getLogger(__name__)
+
+# Fields that may change between a run and its resumption (they do not alter results).
+_RESUMABLE_CHANGES = ("rounds", "engine", "tracking")
+
+
+def config_fingerprint(job: JobConfig) -> str:
+    """sha256 of the job config, minus fields a resumed run may change."""
+    dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: resume or start fresh, stop early, show progress."""
+
+    resume: bool = False
+    fresh: bool = False
+    until_round: int | None = None  # stop after this round (chained runs, tests)
+    progress: bool = True
+
+
+def _prepare_run(env: steps.StepEnv, options: RunOptions) -> dict[str, Any]:
+    store = env.stores.exchange()
+    fingerprint = config_fingerprint(env.job)
+    if store.exists(layout.RUN_KEY):
+        info = store.get_json(layout.RUN_KEY)
+        if options.fresh:
+            for key in store.list():
+                store.delete(key)
+        elif not options.resume:
+            raise ConfigError(
+                f"job {env.job.name!r} already has stored state at {store.uri}",
+                fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
+            )
+        elif info.get("fingerprint") != fingerprint:
+            raise ConfigError(
+                f"job {env.job.name!r} changed since its stored run (only {_RESUMABLE_CHANGES} "
+                "may change when resuming)",
+                fix="Restore the original settings, or pass --fresh to start over.",
+            )
+        else:
+            return dict(info)
+    info = {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}
+    store.put_json(layout.RUN_KEY, info)
+    return info
+
+
+def _preflight(env: steps.StepEnv) -> None:
+    """Read every tenant's data once, so bad data fails before any training, all at once."""
+    problems = []
+    for tenant in env.job.tenants:
+        try:
+            env.tenant_data(tenant.name)
+        except FedtuneError as exc:
+            problems.append(f"tenant {tenant.name}: {exc}")
+    if problems:
+        raise FedtuneError(
+            f"{len(problems)} tenant dataset(s) cannot be used:\n  " + "\n  ".join(problems),
+            fix="Correct each tenant's data_uri or data file, then run again (--resume keeps "
+            "finished rounds).",
+        )
+
+
+def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()) -> dict[str, Any]:
+    """Run (or resume) a job to its last round and export; return the run summary."""
+    env = steps.StepEnv.create(job)
+    info = _prepare_run(env, options)
+    _preflight(env)
+    store = env.stores.exchange()
+    run_id = tracker.start(
+        run_name=job.name,
+        params={"job": job.model_dump(mode="json"), "algorithm": env.algorithm.params()},
+        tags={"fedtune.algorithm": job.algorithm.name, "fedtune.engine": "local"},
+        run_id=info.get("run_id"),
+    )
+    if info.get("run_id") != run_id:
+        store.put_json(layout.RUN_KEY, {**info, "run_id": run_id})
+    last = min(job.rounds, options.until_round or job.rounds)
+    try:
+        steps.init_step(env)
+        with _progress(options.progress) as bar:
+            rounds_task = bar.add_task("rounds", total=last)
+            for round_index in range(1, last + 1):
+                _run_round(env, round_index, tracker, bar)
+                bar.advance(rounds_task)
+        summary_extra: dict[str, Any] = {}
+        if last == job.rounds:
+            summary_extra = _finish(env, tracker)
+        tracker.end("FINISHED")
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    records = [
+        RoundRecord.from_json(store.get_json(layout.summary_key(r)))
+        for r in range(1, last + 1)
+    ]
+    return build_summary(job, records, run_id=run_id, completed=last == job.rounds, **summary_extra)
+
+
+def _run_round(env: steps.StepEnv, round_index: int, tracker: Tracker, bar: Progress) -> None:
+    store = env.stores.exchange()
+    if store.exists(layout.summary_key(round_index)) and store.exists(
+        f"{layout.state_key(round_index)}.json"
+    ):
+        return  # completed before a restart
+    started = time.perf_counter()
+    configure = steps.configure_step(env, round_index)
+    sampled = steps.sample_clients(env.job, round_index)
+    clients: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    task = bar.add_task(f"round {round_index}", total=len(sampled))
+    for name in sampled:
+        bar.update(task, description=f"round {round_index}: {name}")
+        try:
+            clients[name] = steps.client_step(env, round_index, name)
+        except FedtuneError as exc:
+            # A tenant's failure costs its update, not the round: the quorum decides.
+            log.error("client step of tenant %s failed: %s", name, exc)
+            failed[name] = f"client step failed: {exc}"
+        bar.advance(task)
+    aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+    bar.remove_task(task)
+    record = RoundRecord.build(
+        round_index, sampled, configure, clients, aggregate, time.perf_counter() - started
+    )
+    store.put_json(layout.summary_key(round_index), record.to_json())
+    tracker.log_metrics(record.metrics(), step=round_index)
+
+
+def _finish(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
+    """Evaluate the final model on every tenant, export it, log and register it."""
+    final_eval = {t.name: steps.evaluate_step(env, t.name) for t in env.job.tenants}
+    env.stores.exchange().put_json(layout.FINAL_EVAL_KEY, final_eval)
+    tracker.log_metrics(
+        {f"final/{k}/{t}": v for t, m in final_eval.items() for k, v in m.items()},
+        step=env.job.rounds,
+    )
+    out_dir = env.stores.workdir / "artifacts" / env.job.name
+    exported = steps.export_step(env, out_dir)
+    artifacts: dict[str, Any] = {}
+    for name, (artifact, uri) in exported.items():
+        entry: dict[str, Any] = {"uri": uri, "local_path": str(artifact.path), "kind": artifact.kind}
+        if artifact.register:
+            ref = tracker.log_model(
+                artifact.path,
+                name=name,
+                registered_name=env.job.registered_model_name,
+                alias=env.job.tracking.alias,
+                tags=artifact.tags,
+            )
+            entry["model_uri"] = ref.model_uri
+            entry["registered_version"] = ref.version
+        artifacts[name] = entry
+    return {"artifacts": artifacts, "final_eval": final_eval}
+
+
+class _Quiet:
+    """Stand-in for a rich Progress when progress bars are off."""
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+def _progress(enabled: bool) -> Any:
+    if not enabled:
+        return _Quiet()
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=False,
+    )
+
+
+def default_summary_path(job: JobConfig) -> Path:
+    """Where the CLI writes the summary unless told otherwise."""
+    return Path(job.workdir) / "runs" / job.name / "summary.json"

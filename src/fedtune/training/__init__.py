@@ -1,0 +1,1 @@
+"""Local training loops and the runtime context phases receive."""
