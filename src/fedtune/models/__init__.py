@@ -1,0 +1,44 @@
+"""Models: tiny offline builds, Hugging Face loading and saving, LoRA helpers, tokenizers.
+
+Functions take the narrow values they need (sizes, paths, LoRA hyperparameters), never a whole
+job config.
+"""
+
+from fedtune.models.describe import describe
+from fedtune.models.loading import check_model_dir, load_pretrained, save_pretrained_dir
+from fedtune.models.lora import (
+    DEFAULT_TARGETS,
+    adapter_shapes,
+    adapter_state,
+    apply_lora,
+    load_adapter,
+    merge_and_export,
+    save_adapter,
+    set_adapter_state,
+    trainable_parameters,
+)
+from fedtune.models.tiny import ARCHS, Arch, build_tiny_model, tiny_config
+from fedtune.models.tokenizer import load_tokenizer, read_info, train_tokenizer
+
+__all__ = [
+    "ARCHS",
+    "DEFAULT_TARGETS",
+    "Arch",
+    "adapter_shapes",
+    "adapter_state",
+    "apply_lora",
+    "build_tiny_model",
+    "check_model_dir",
+    "describe",
+    "load_adapter",
+    "load_pretrained",
+    "load_tokenizer",
+    "merge_and_export",
+    "read_info",
+    "save_adapter",
+    "save_pretrained_dir",
+    "set_adapter_state",
+    "tiny_config",
+    "train_tokenizer",
+    "trainable_parameters",
+]
