@@ -1,0 +1,227 @@
+"""Instruction-data record formats, normalised into one :class:`Example`.
+
+Three formats are understood (the datasets of the FedBiOT / FedPT / FewFedPIT papers):
+
+| format | fields (required in bold)                                       |
+|--------|-----------------------------------------------------------------|
+| alpaca | **instruction**, input, **output** (category)                   |
+| dolly  | **instruction**, context, **response**, category                |
+| gsm8k  | **question**, **answer** (category)                             |
+
+GSM8K answers end with a ``#### N`` line; it is rewritten to ``The answer is N`` so training
+targets end the way the 8-shot evaluation prompt's exemplars do (FedBiOT Appendix D).
+GSM8K's calculator annotations (``<<48/2=24>>``) are removed too: they are tool markup, not
+language, and the exemplars never contain them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from fedtune.core.errors import DataError
+from fedtune.data.jsonl import iter_jsonl
+
+__all__ = [
+    "FORMATS",
+    "Example",
+    "Format",
+    "detect_format",
+    "load_examples",
+    "to_example",
+]
+
+Format = Literal["alpaca", "dolly", "gsm8k"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One instruction-following example, whatever file format it came from.
+
+    Attributes:
+        instruction: The task or question.
+        input: Extra context for the task; ``""`` when there is none.
+        response: The target text the model learns to produce.
+        category: The record's class (Dolly's ``category``, the synthetic task name), if any.
+    """
+
+    instruction: str
+    input: str
+    response: str
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class _Spec:
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+FORMATS: Final[dict[Format, _Spec]] = {
+    # Order matters for auto-detection ties: the richer Dolly schema wins over Alpaca.
+    "dolly": _Spec(required=("instruction", "response"), optional=("context", "category")),
+    "alpaca": _Spec(required=("instruction", "output"), optional=("input", "category")),
+    "gsm8k": _Spec(required=("question", "answer"), optional=("category",)),
+}
+
+_GSM8K_FINAL = re.compile(r"\n?[ \t]*####[ \t]*(?P<answer>[^\n]*?)\s*$")
+_GSM8K_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def _where(source: str, line: int | None) -> str:
+    return f"{source}, line {line}" if line is not None else source
+
+
+def _present(record: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(record)) or "(none)"
+
+
+def detect_format(
+    record: Mapping[str, Any], *, source: str = "<records>", line: int | None = None
+) -> Format:
+    """Guess a record's format from its keys.
+
+    A format whose required fields are all present wins (the one matching most keys if
+    several do); otherwise the format sharing most keys with the record is returned, so the
+    caller's field check can name exactly what is missing.
+
+    Raises:
+        DataError: When the keys match no known format at all.
+    """
+    keys = set(record)
+    overlap = {name: len(keys & set(spec.fields)) for name, spec in FORMATS.items()}
+    complete = [name for name, spec in FORMATS.items() if set(spec.required) <= keys]
+    candidates = complete or [name for name, hits in overlap.items() if hits > 0]
+    if not candidates:
+        raise DataError(
+            f"{_where(source, line)}: cannot tell the record format; fields present: "
+            f"{_present(record)}",
+            fix="Use Alpaca (instruction/input/output), Dolly (instruction/context/response/"
+            "category) or GSM8K (question/answer) fields, or set the format explicitly.",
+        )
+    # max() keeps the first of equal scores, i.e. the FORMATS order.
+    return max(candidates, key=lambda name: overlap[name])
+
+
+def _text(record: Mapping[str, Any], field: str, where: str, *, required: bool) -> str:
+    value = record.get(field)
+    if value is None:
+        # Dolly and Alpaca dumps use null or omit empty contexts; both mean "no input".
+        return ""
+    if not isinstance(value, str):
+        kind = "required " if required else ""
+        raise DataError(
+            f"{where}: {kind}field {field!r} must be a string, got "
+            f"{type(value).__name__}: {str(value)[:60]!r}",
+            fix=f"Store {field!r} as a JSON string.",
+        )
+    return value
+
+
+def _gsm8k_response(answer: str, where: str) -> str:
+    match = _GSM8K_FINAL.search(answer)
+    if match is None or not match.group("answer"):
+        raise DataError(
+            f"{where}: GSM8K answer has no final '#### N' line: {answer[-60:]!r}",
+            fix="End each GSM8K answer with a line '#### <number>' as in the original dataset.",
+        )
+    reasoning = _GSM8K_CALCULATOR.sub("", answer[: match.start()]).rstrip()
+    final = f"The answer is {match.group('answer')}"
+    return f"{reasoning}\n{final}" if reasoning else final
+
+
+def to_example(
+    record: Mapping[str, Any],
+    format: Format | None = None,
+    *,
+    source: str = "<records>",
+    line: int | None = None,
+) -> Example:
+    """Normalise one record into an :class:`Example`.
+
+    Args:
+        record: The parsed JSON object.
+        format: ``"alpaca"``, ``"dolly"`` or ``"gsm8k"``; detected from the keys when ``None``.
+        source: File path or store URI, for error messages.
+        line: 1-based line number in ``source``, for error messages.
+
+    Raises:
+        DataError: On an unknown format, missing required fields or non-string values; the
+            message names the source, the line, the missing fields and the fields present.
+    """
+    where = _where(source, line)
+    if format is None:
+        format = detect_format(record, source=source, line=line)
+    elif format not in FORMATS:
+        raise DataError(
+            f"unknown record format {format!r} for {source}",
+            fix=f"Use one of: {', '.join(FORMATS)}.",
+        )
+    spec = FORMATS[format]
+    missing = [name for name in spec.required if record.get(name) is None]
+    if missing:
+        raise DataError(
+            f"{where}: {format} record is missing required field(s) {', '.join(missing)}; "
+            f"fields present: {_present(record)}",
+            fix=f"Add {', '.join(missing)} to the record, or set the dataset's format if "
+            f"it is not {format}.",
+        )
+    category = _text(record, "category", where, required=False) or None
+    if format == "alpaca":
+        return Example(
+            instruction=_text(record, "instruction", where, required=True),
+            input=_text(record, "input", where, required=False),
+            response=_text(record, "output", where, required=True),
+            category=category,
+        )
+    if format == "dolly":
+        return Example(
+            instruction=_text(record, "instruction", where, required=True),
+            input=_text(record, "context", where, required=False),
+            response=_text(record, "response", where, required=True),
+            category=category,
+        )
+    return Example(
+        instruction=_text(record, "question", where, required=True),
+        input="",
+        response=_gsm8k_response(_text(record, "answer", where, required=True), where),
+        category=category,
+    )
+
+
+def load_examples(
+    data: bytes | str | Path, source: str | None = None, format: Format | None = None
+) -> list[Example]:
+    """Read a JSON Lines dataset into examples.
+
+    The format is detected once, from the first record, and then required of every record:
+    a later record missing a field is reported as such instead of being read as another
+    format.
+
+    Args:
+        data: File content as bytes, or a local path.
+        source: Name used in errors (e.g. the store URI); defaults to the path.
+        format: Force a format instead of detecting it.
+
+    Raises:
+        DataError: On any unreadable line or record (with file and line), or an empty file.
+    """
+    name = source or (str(data) if not isinstance(data, bytes) else "<bytes>")
+    examples: list[Example] = []
+    for line, record in iter_jsonl(data, name):
+        if format is None:
+            format = detect_format(record, source=name, line=line)
+        examples.append(to_example(record, format, source=name, line=line))
+    if not examples:
+        raise DataError(
+            f"dataset {name} holds no records",
+            fix="Point data_uri at a JSON Lines file with at least one record.",
+        )
+    return examples
