@@ -165,7 +165,7 @@ def test_summary_has_rounds_tenants_bytes_and_timings(make_job: Callable[..., Jo
             assert values["train_loss"] > 0 and values["eval_loss"] > 0
             assert values["bytes_sent"] > 0 and values["bytes_received"] > 0
         assert set(record["wall_time"]) >= {"configure", "clients", "aggregate", "total"}
-    assert summary["artifacts"]["adapter"]["uri"].endswith("artifacts/adapter")
+    assert summary["artifacts"]["model"]["uri"].endswith("artifacts/model")
     assert set(summary["final_eval"]) == {"tenant-a", "tenant-b", "tenant-c"}
     assert summary["mlflow_run_id"] == "null"
 

@@ -9,6 +9,7 @@ same). FedProx, SCAFFOLD and FedOPT subclass this and override one hook each.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -51,11 +52,21 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         return ServerState(tensors=prefixed("adapter", mean), meta={"round": round_index})
 
     def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+        """The merged model as a Hugging Face directory, with the adapter in ``adapter/``.
+
+        The merged weights make the registered model servable on its own; the adapter beside
+        them is what vLLM's LoRA serving and further federated rounds use.
+        """
         model = ctx.peft_model(state.group("adapter"))
-        adapter_dir = out_dir / "adapter"
-        lora_helpers.save_adapter(model, adapter_dir)
-        tags = {"algorithm": self.name_tag(), "rounds": str(state.meta.get("round", 0))}
-        return {"adapter": Artifact(kind="adapter", path=adapter_dir, register=True, tags=tags)}
+        model_dir = out_dir / "model"
+        lora_helpers.merge_and_export(model, ctx.tokenizer(), model_dir)
+        lora_helpers.save_adapter(model, model_dir / "adapter")
+        tags = {
+            "algorithm": self.name_tag(),
+            "rounds": str(state.meta.get("round", 0)),
+            "lora_r": str(ctx.lora_config.r),
+        }
+        return {"model": Artifact(kind="merged-with-adapter", path=model_dir, register=True, tags=tags)}
 
     def name_tag(self) -> str:
         """The algorithm name recorded in tags."""
@@ -72,7 +83,9 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         global_adapter = broadcast.group("adapter")
         model = ctx.peft_model(global_adapter)
         round_index = int(broadcast.meta["round"])
+        eval_started = time.perf_counter()
         eval_loss = self._eval_loss(ctx, model, data)
+        eval_seconds = time.perf_counter() - eval_started
         params = lora_helpers.trainable_parameters(model)
         encoded = ctx.encode(data.train)
         steps = plan_steps(ctx.training, len(encoded))
@@ -90,12 +103,13 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         update = Update(
             tensors=prefixed("adapter", trained),
             meta={
-                "num_samples": len(data.train),
+                "num_samples": len(encoded),
                 "train_loss": result.loss,
                 "eval_loss": eval_loss,
                 "steps": result.steps,
                 "tokens": result.tokens,
                 "train_seconds": result.seconds,
+                "eval_seconds": eval_seconds,
             },
         )
         return self.finish_client(ctx, update, trained, broadcast, client_state, result)

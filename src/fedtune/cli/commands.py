@@ -146,4 +146,8 @@ def register_algorithms(sub: Any) -> None:
     p.set_defaults(handler=_algorithms)
 
 
-REGISTRARS: list[Registrar] = [register_validate, register_run, register_algorithms]
+def registrars() -> list[Registrar]:
+    from fedtune.cli.bench import register_bench
+    from fedtune.cli.partition import register_partition
+
+    return [register_validate, register_run, register_partition, register_algorithms, register_bench]

@@ -21,9 +21,8 @@ from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core.errors import FedtuneError, QuorumError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
-from fedtune.data.formats import load_examples
+from fedtune.data.loader import read_examples
 from fedtune.engines import layout
-from fedtune.storage import read_object
 from fedtune.training.context import Context, TenantData, derive_seed, split_examples
 
 log = logging.getLogger(__name__)
@@ -56,9 +55,8 @@ class StepEnv:
         """The tenant's examples, read from its own data URI and split (cached)."""
         if name not in self._data:
             tenant = self.tenant(name)
-            raw = read_object(tenant.data_uri, verify=False)
             fmt = None if tenant.data_format == "auto" else tenant.data_format
-            examples = load_examples(raw, source=tenant.data_uri, format=fmt)
+            examples = read_examples(tenant.data_uri, fmt)
             self._data[name] = split_examples(
                 examples, self.job.training.eval_fraction, self.job.seed, name
             )

@@ -51,6 +51,7 @@ class RoundRecord:
                 "raw_update_bytes": result.get("raw_bytes"),
                 "client_seconds": result.get("seconds"),
                 "train_seconds": meta.get("train_seconds"),
+                "eval_seconds": meta.get("eval_seconds"),
             }
         return cls(
             round=round_index,

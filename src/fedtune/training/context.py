@@ -18,7 +18,7 @@ import torch
 
 from fedtune.config.job import JobConfig, LoraConfig, ModelConfig, TinyModelConfig, TrainingConfig
 from fedtune.data.formats import Example
-from fedtune.data.tokenize import collate, encode_example
+from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
 from fedtune.training.local import Batch, batch_indices
 
@@ -151,8 +151,8 @@ class Context:
     # -- data -------------------------------------------------------------------------------
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
         """Tokenize examples with response-only labels."""
-        tokenizer = self.tokenizer()
-        return [encode_example(ex, tokenizer, self.training.max_seq_len) for ex in examples]
+        # Records whose prompt alone exceeds max_seq_len are skipped (and counted in the log).
+        return encode_examples(examples, self.tokenizer(), self.training.max_seq_len)
 
     def train_batches(
         self, encoded: Sequence[dict[str, list[int]]], steps: int, seed: int
