@@ -1,0 +1,118 @@
+"""The ``fedtune`` command line: exit codes, messages, and the files it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedtune.cli.main import main
+
+from tests.integration.conftest import DATA, tiny_job_dict
+
+
+def write_job(path: Path, job: dict) -> Path:
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    return path
+
+
+def test_validate_ok_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "examples/quickstart.yaml"]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_validate_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tiny_job_dict(tmp_path, typo=True, rounds=0)
+    job["tenants"][0]["name"] = "Tenant_A"
+    job["algorithm"] = {"name": "fedmagic"}
+    code = main(["validate", str(write_job(tmp_path / "job.yaml", job))])
+    err = capsys.readouterr().err
+    assert code == 2
+    for fragment in ("typo", "rounds", "tenants.0.name", "fedmagic", "fix:"):
+        assert fragment in err
+
+
+def test_malformed_yaml_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: [unclosed\n")
+    assert main(["validate", str(path)]) == 2
+    assert "malformed YAML at line" in capsys.readouterr().err
+
+
+def test_run_with_missing_data_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tiny_job_dict(tmp_path / "w", rounds=1)
+    job["tenants"][1]["data_uri"] = str(tmp_path / "missing.jsonl")
+    code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "tenant-b" in err and "missing.jsonl" in err
+    assert not (tmp_path / "w" / "exchange" / "jobs" / "itest" / "state").exists()
+
+
+def test_run_with_unreachable_s3_fails_fast(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEDTUNE_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    job = tiny_job_dict(tmp_path / "w", rounds=1)
+    job["tenants"][0]["data_uri"] = "s3://tenant-a-bucket/train.jsonl"
+    code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "127.0.0.1:9" in err and "tenant-a" in err
+
+
+def test_run_writes_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tiny_job_dict(tmp_path / "w", rounds=1)
+    summary_path = tmp_path / "out" / "summary.json"
+    code = main(
+        ["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress",
+         "--summary-json", str(summary_path)]
+    )
+    assert code == 0
+    summary = json.loads(summary_path.read_text())
+    assert summary["rounds"][0]["round"] == 1
+    assert "summary:" in capsys.readouterr().out
+
+
+def test_partition_writes_files_and_prints_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outs = [f"t{i}={tmp_path / f't{i}.jsonl'}" for i in range(3)]
+    args = ["partition", str(DATA / "all.jsonl"), "--strategy", "dirichlet", "--field",
+            "category", "--alpha", "0.5", "--seed", "3"]
+    for out in outs:
+        args += ["--out", out]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "records per tenant and category" in printed
+    total = sum(len((tmp_path / f"t{i}.jsonl").read_text().splitlines()) for i in range(3))
+    assert total == len((DATA / "all.jsonl").read_text().splitlines())
+
+
+def test_partition_bad_output_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["partition", str(DATA / "all.jsonl"), "--strategy", "iid", "--out", "no-equals"])
+    assert code == 2
+    assert "TENANT=URI" in capsys.readouterr().err
+
+
+def test_partition_bad_record_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction": "a", "output": "b"}\nnot json\n')
+    code = main(["partition", str(bad), "--strategy", "iid", "--out", f"a={tmp_path / 'a.jsonl'}"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "bad.jsonl" in err and "line 2" in err
+
+
+def test_algorithms_lists_fedit_family(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["algorithms"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("fedavg", "fedprox", "scaffold", "fedadam", "fedyogi", "fedadagrad"):
+        assert name in printed
