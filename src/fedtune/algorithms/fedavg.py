@@ -116,12 +116,13 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
 
     def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
         model = ctx.peft_model(broadcast.group("adapter"))
-        return {"eval_loss": self._eval_loss(ctx, model, data)}
+        loss = self._eval_loss(ctx, model, data)
+        return {} if loss is None else {"eval_loss": loss}
 
     @staticmethod
-    def _eval_loss(ctx: Context, model: torch.nn.Module, data: TenantData) -> float:
-        if not data.eval:
-            return float("nan")
+    def _eval_loss(ctx: Context, model: torch.nn.Module, data: TenantData) -> float | None:
+        if not data.eval:  # eval_fraction 0 or a tiny dataset: nothing held out
+            return None
         return lm_eval_loss(model, ctx.eval_batches(ctx.encode(data.eval)))
 
     # -- hooks the FedIT variants override ----------------------------------------------------

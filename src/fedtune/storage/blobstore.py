@@ -1,0 +1,211 @@
+"""What every backend shares: key checks, checksum sidecars, write order, JSON and tensors.
+
+A backend subclasses :class:`BlobStore` and supplies a few raw operations on *names* (keys
+already validated and joined to the store's prefix). Everything a caller can observe about
+integrity and atomicity is decided here once, so the local and S3 stores cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from abc import ABC, abstractmethod
+from typing import Any, Literal
+
+import torch
+
+from fedtune.core.errors import IntegrityError, StoreError
+from fedtune.storage import codec
+from fedtune.storage.keys import (
+    SIDECAR_SUFFIX,
+    join_key,
+    sha256_hex,
+    split_sidecar,
+    validate_key,
+    validate_prefix,
+)
+
+logger = logging.getLogger(__name__)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class BlobStore(ABC):
+    """Base of the checksummed stores; implements :class:`fedtune.storage.base.Store`.
+
+    Args:
+        prefix: The folder, relative to the backend's root, this store is confined to.
+    """
+
+    def __init__(self, prefix: str = "") -> None:
+        self._prefix = validate_prefix(prefix)
+
+    # -- raw operations a backend supplies -------------------------------------------------
+
+    @abstractmethod
+    def _write(self, name: str, data: bytes) -> None:
+        """Write ``data`` at ``name`` so that a reader sees the old object or all of the new."""
+
+    @abstractmethod
+    def _read(self, name: str) -> bytes | None:
+        """The object at ``name``, or ``None`` when there is none."""
+
+    @abstractmethod
+    def _has(self, name: str) -> bool:
+        """Whether an object exists at ``name``."""
+
+    @abstractmethod
+    def _remove(self, name: str) -> None:
+        """Remove the object at ``name``; nothing happens when there is none."""
+
+    @abstractmethod
+    def _names(self, prefix: str) -> list[str]:
+        """All object names (sidecars included) under the folder ``prefix`` (``""``: all)."""
+
+    @abstractmethod
+    def _child(self, prefix: str) -> BlobStore:
+        """A store of the same backend confined to the joined, validated ``prefix``."""
+
+    @abstractmethod
+    def _presign(self, name: str, method: Literal["get", "put"], expires_s: int) -> str:
+        """A pre-signed URL for ``name``."""
+
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """The root URI of this store."""
+
+    # -- the Store protocol ----------------------------------------------------------------
+
+    def _name(self, key: str) -> str:
+        return join_key(self._prefix, validate_key(key))
+
+    def put_bytes(self, key: str, data: bytes) -> int:
+        """Write ``data`` at ``key`` atomically with its checksum; return bytes written."""
+        name = self._name(key)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise StoreError(
+                f"cannot write {key!r}: data must be bytes, got {type(data).__name__}",
+                fix="Use put_json for documents and put_tensors for tensors.",
+            )
+        data = bytes(data)
+        # Sidecar off first, so that while the blob is being replaced readers see the key as
+        # incomplete rather than a new blob against the old checksum (a false IntegrityError).
+        self._remove(name + SIDECAR_SUFFIX)
+        self._write(name, data)
+        self._write(name + SIDECAR_SUFFIX, sha256_hex(data).encode("ascii"))
+        logger.debug("wrote %s/%s (%d bytes)", self.uri, key, len(data))
+        return len(data)
+
+    def get_bytes(self, key: str, *, verify: bool = True) -> bytes:
+        """Read the blob at ``key``, checking it against its sidecar (see the protocol)."""
+        name = self._name(key)
+        data = self._read(name)
+        if data is None:
+            raise StoreError(
+                f"no blob at key {key!r} in {self.uri}",
+                fix="Check the key and the store URI, or run the step that writes it first.",
+            )
+        recorded = self._read(name + SIDECAR_SUFFIX)
+        if recorded is None:
+            if verify:
+                raise StoreError(
+                    f"blob {key!r} in {self.uri} has no {SIDECAR_SUFFIX} checksum beside it: "
+                    "its write did not finish, or it was not written by fedtune",
+                    fix="Re-run the step that writes it; for files people upload (a tenant's "
+                    "data) read with verify=False.",
+                )
+            return data
+        self._check(key, data, recorded)
+        return data
+
+    def _check(self, key: str, data: bytes, recorded: bytes) -> None:
+        expected = recorded.decode("ascii", errors="replace").strip()
+        actual = sha256_hex(data)
+        if not _HEX64.fullmatch(expected):
+            raise IntegrityError(
+                f"checksum sidecar of {key!r} in {self.uri} is malformed: {expected[:80]!r} "
+                "(expected 64 lowercase hex digits)"
+            )
+        if expected != actual:
+            raise IntegrityError(
+                f"blob {key!r} in {self.uri} does not match its checksum: "
+                f"sidecar says sha256 {expected}, blob has sha256 {actual}"
+            )
+
+    def exists(self, key: str) -> bool:
+        """True when the blob and its checksum are both present (a complete write)."""
+        name = self._name(key)
+        return self._has(name + SIDECAR_SUFFIX) and self._has(name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted keys of complete blobs under the folder ``prefix`` (``""``: all)."""
+        folder = validate_prefix(prefix)
+        names = set(self._names(join_key(self._prefix, folder)))
+        strip = len(self._prefix) + 1 if self._prefix else 0
+        return sorted(
+            n[strip:]
+            for n in names
+            if not n.endswith(SIDECAR_SUFFIX) and n + SIDECAR_SUFFIX in names
+        )
+
+    def delete(self, key: str) -> None:
+        """Remove a blob and its checksum; no error if absent."""
+        name = self._name(key)
+        # Sidecar first: if we stop half-way the blob is left incomplete, never "verified".
+        self._remove(name + SIDECAR_SUFFIX)
+        self._remove(name)
+        logger.debug("deleted %s/%s", self.uri, key)
+
+    def child(self, prefix: str) -> BlobStore:
+        """A store confined to the folder ``prefix`` under this one."""
+        folder = validate_prefix(prefix)
+        if not folder:
+            raise StoreError(
+                "child() needs a non-empty prefix, got ''",
+                fix="Pass the folder to confine the new store to, such as 'tenants/a'.",
+            )
+        return self._child(join_key(self._prefix, folder))
+
+    def put_json(self, key: str, obj: Any) -> int:
+        """Write a JSON document (sorted keys, UTF-8)."""
+        return self.put_bytes(key, codec.encode_json(obj, key=key))
+
+    def get_json(self, key: str) -> Any:
+        """Read and verify a JSON document."""
+        return codec.decode_json(self.get_bytes(key), key=key)
+
+    def put_tensors(
+        self, key: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+    ) -> int:
+        """Write tensors (any layout, shared storage allowed) as one safetensors blob."""
+        return self.put_bytes(key, codec.encode_tensors(tensors, metadata, key=key))
+
+    def get_tensors(self, key: str) -> dict[str, torch.Tensor]:
+        """Read and verify a safetensors blob written by :meth:`put_tensors`."""
+        return codec.decode_tensors(self.get_bytes(key), key=key)
+
+    def presigned_url(
+        self, key: str, *, method: Literal["get", "put"], expires_s: int = 3600
+    ) -> str:
+        """A URL for one object (or its ``.sha256`` sidecar); see the protocol."""
+        blob_key, is_sidecar = split_sidecar(key)
+        name = self._name(blob_key) + (SIDECAR_SUFFIX if is_sidecar else "")
+        if method not in ("get", "put"):
+            raise StoreError(
+                f"presigned_url method must be 'get' or 'put', got {method!r}",
+                fix="Pass method='get' to let the holder read, method='put' to let it write.",
+            )
+        if (
+            isinstance(expires_s, bool)
+            or not isinstance(expires_s, int)
+            or not (1 <= expires_s <= 7 * 24 * 3600)
+        ):
+            raise StoreError(
+                f"presigned_url expires_s must be 1..604800 seconds, got {expires_s!r}",
+                fix="S3 signatures last at most 7 days; pass a shorter expiry.",
+            )
+        return self._presign(name, method, expires_s)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"

@@ -1,0 +1,96 @@
+"""Local-folder specifics: temp-file writes, crash leftovers, symlinks, file/folder clashes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fedtune.core.errors import StoreError
+from fedtune.storage import LocalStore, open_store
+from fedtune.storage.keys import TEMP_SUFFIX
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def test_opening_creates_nothing_and_first_write_creates_folders(tmp_path: Path) -> None:
+    root = tmp_path / "not" / "yet"
+    store = open_store(str(root))
+    assert not root.exists()
+    assert store.list() == []
+    store.put_bytes("a/b/c.bin", b"v")
+    assert _files(root) == ["a/b/c.bin", "a/b/c.bin.sha256"]
+
+
+def test_writes_leave_no_temp_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    for i in range(3):
+        store.put_bytes("k", str(i).encode())
+    assert _files(tmp_path) == ["k", "k.sha256"]
+
+
+def test_crash_leftover_temp_file_is_invisible(tmp_path: Path) -> None:
+    """A writer killed before os.replace leaves only a temp file: nothing is visible."""
+    store = LocalStore(tmp_path)
+    (tmp_path / f".update.bin.0123abcd{TEMP_SUFFIX}").write_bytes(b"half")
+    assert store.list() == []
+    assert not store.exists("update.bin")
+    store.put_bytes("update.bin", b"full")
+    assert store.list() == ["update.bin"]
+
+
+def test_failed_write_raises_store_error_and_leaves_no_temp(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put_bytes("a", b"file")
+    with pytest.raises(StoreError, match="cannot write") as info:
+        store.put_bytes("a/b", b"needs 'a' to be a folder")
+    assert "both a file and a folder" in info.value.fix
+    assert _files(tmp_path) == ["a", "a.sha256"]
+    assert not store.exists("a/b")
+    with pytest.raises(StoreError, match="no blob at key 'a/b'"):
+        store.get_bytes("a/b")
+
+
+def test_folder_is_not_a_blob(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put_bytes("a/b", b"v")
+    assert not store.exists("a")
+    with pytest.raises(StoreError, match="no blob at key 'a'"):
+        store.get_bytes("a", verify=False)
+    with pytest.raises(StoreError, match="cannot write"):
+        store.put_bytes("a", b"a folder is in the way")
+    assert store.get_bytes("a/b") == b"v"
+
+
+def test_relative_root_is_made_absolute_and_normalised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    store = LocalStore("../runs/./1")
+    assert store.path == tmp_path / "runs" / "1"
+
+
+def test_symlink_out_of_the_store_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"not yours")
+    root = tmp_path / "store"
+    root.mkdir()
+    os.symlink(outside, root / "link")
+    store = LocalStore(root)
+    with pytest.raises(StoreError, match="resolves outside the store root"):
+        store.get_bytes("link/secret", verify=False)
+    with pytest.raises(StoreError, match="resolves outside the store root"):
+        store.put_bytes("link/planted", b"x")
+    assert _files(outside) == ["secret"]
+
+
+def test_child_path_and_uri(tmp_path: Path) -> None:
+    child = LocalStore(tmp_path).child("tenants/a")
+    assert isinstance(child, LocalStore)
+    assert child.path == tmp_path / "tenants" / "a"
+    assert child.uri == (tmp_path / "tenants" / "a").as_uri()
