@@ -175,3 +175,13 @@ def test_clients_per_round_sampling_is_seeded(make_job: Callable[..., JobConfig]
     b = run_job(make_job(rounds=3, clients_per_round=2, min_clients=1), NullTracker(), QUIET)
     assert [r["sampled"] for r in a["rounds"]] == [r["sampled"] for r in b["rounds"]]
     assert all(len(r["sampled"]) == 2 for r in a["rounds"])
+
+
+def test_no_held_out_data_gives_null_eval_not_a_crash(make_job: Callable[..., JobConfig]) -> None:
+    job = make_job(
+        rounds=1,
+        training={"local_steps": 1, "batch_size": 4, "lr": 0.01, "max_seq_len": 160, "eval_fraction": 0.0},
+    )
+    summary = run_job(job, NullTracker(), QUIET)
+    assert summary["rounds"][0]["eval_loss"] is None
+    assert summary["final_eval"] == {"tenant-a": {}, "tenant-b": {}, "tenant-c": {}}
