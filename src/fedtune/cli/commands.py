@@ -148,6 +148,7 @@ def register_algorithms(sub: Any) -> None:
 
 def registrars() -> list[Registrar]:
     from fedtune.cli.bench import register_bench
+    from fedtune.cli.evaluate import register_eval
     from fedtune.cli.partition import register_partition
 
-    return [register_validate, register_run, register_partition, register_algorithms, register_bench]
+    return [register_validate, register_run, register_partition, register_algorithms, register_bench, register_eval]
