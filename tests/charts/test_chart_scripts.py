@@ -1,0 +1,283 @@
+"""The programs the chart runs (files/scripts/) and the rendered MLflow command, run for real.
+
+No cluster is available, so the rendered containers' commands are executed on this machine
+with the same arguments and environment, Secret references resolved to test values and the
+container paths mapped into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+from chart_helpers import CHART_DIR, INSTALL_SCRIPT, Renderer
+from moto.server import ThreadedMotoServer
+
+SCRIPTS = CHART_DIR / "files" / "scripts"
+VENV_BIN = Path(sys.executable).parent
+
+
+def load_script(name: str) -> ModuleType:
+    """Import one of the chart's scripts as a module."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture()
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on a free local port; yields its endpoint URL."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_bootstrap_creates_missing_buckets_and_is_idempotent(s3_server: str) -> None:
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": s3_server,
+    }
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "bootstrap_buckets.py"),
+        "--wait-seconds=5",
+        "fedtune-exchange",
+        "fedtune-mlflow",
+    ]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    assert "bucket fedtune-exchange created" in first.stderr
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    assert {b["Name"] for b in s3.list_buckets()["Buckets"]} == {
+        "fedtune-exchange",
+        "fedtune-mlflow",
+    }
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "bucket fedtune-mlflow already exists" in second.stderr
+
+
+def test_bootstrap_fails_with_a_fix_when_the_store_is_unreachable() -> None:
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}",
+        "AWS_MAX_ATTEMPTS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bootstrap_buckets.py"), "--wait-seconds=0", "b-1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 4
+    assert "fix: check objectStore.mode and the endpoint" in proc.stderr
+
+
+def test_upload_pipelines_with_no_files_does_nothing(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "upload_pipelines.py"),
+            "--host=http://127.0.0.1:9",
+            f"--dir={tmp_path}",
+            "--version-name=0.1.0-r1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to upload" in proc.stderr
+
+
+def test_mlflow_auth_starter_requires_its_secrets() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_AUTH")}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "start_mlflow_auth.py"), "server"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "MLFLOW_AUTH_ADMIN_PASSWORD" in proc.stderr and "fix:" in proc.stderr
+
+
+def test_mlflow_auth_config_round_trips_a_url_encoded_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.server.auth.config import read_auth_config
+
+    uri = "postgresql://mlflow:p%40ss%25word@db:5432/mlflow_auth"
+    path = tmp_path / "basic_auth.ini"
+    load_script("start_mlflow_auth").write_config(str(path), uri, "READ")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(path))
+    config = read_auth_config()
+    assert config.database_uri == uri
+    assert config.default_permission == "READ"
+
+
+# Test contents of the Secrets the rendered pods reference, by (secret name, key).
+SECRETS = {
+    ("fedtune-s3", "access-key-id"): "test-access-key",
+    ("fedtune-s3", "secret-access-key"): "test-secret-key",
+    ("mlflow-auth", "admin-password"): "Sentinel-Admin-Pw-7f3a9c!",
+    ("mlflow-auth", "flask-secret-key"): "0123456789abcdef0123456789abcdef",
+}
+
+
+def local_command(
+    container: dict[str, Any], root: Path, port: int
+) -> tuple[list[str], dict[str, str]]:
+    """The container's command and environment, made runnable on this machine."""
+    paths = {
+        "/opt/fedtune/scripts": str(SCRIPTS),
+        "/tmp": str(root / "tmp"),
+        "/data": str(root / "data"),
+    }
+
+    def local(text: str) -> str:
+        for container_path, host_path in paths.items():
+            text = text.replace(container_path, host_path)
+        return text
+
+    args = [local(a) for a in container["command"] + container["args"]]
+    args = [sys.executable if a == "python" else a for a in args]
+    args = [f"--port={port}" if a.startswith("--port=") else a for a in args]
+    args = ["--host=127.0.0.1" if a.startswith("--host=") else a for a in args]
+    args = ["--workers=1" if a.startswith("--workers=") else a for a in args]
+    env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = local(item["value"])
+        else:
+            ref = item["valueFrom"]["secretKeyRef"]
+            env[item["name"]] = SECRETS[(ref["name"], ref["key"])]
+    return args, env
+
+
+def http_status(url: str, host: str, auth: tuple[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.slow
+def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
+    render: Renderer, tmp_path: Path
+) -> None:
+    """MLflow started exactly as the chart configures it: healthy, answers the service's DNS
+    names, refuses foreign Host headers, requires the admin login, never logs the password."""
+    rendered = render(
+        "minimal", set_values=["mlflow.auth.enabled=true", "mlflow.auth.existingSecret=mlflow-auth"]
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    (deployment,) = [
+        d for d in rendered.of_kind("Deployment") if d["metadata"]["name"] == "ft-fedtune-mlflow"
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    for sub in ("tmp", "data"):
+        (tmp_path / sub).mkdir()
+    port = free_port()
+    cmd, env = local_command(container, tmp_path, port)
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=tmp_path / "tmp",
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if http_status(f"{base}/health", f"127.0.0.1:{port}") == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "MLflow did not become healthy in 120 s"
+            time.sleep(0.5)  # polling a starting server; there is nothing to wait on instead
+        api = f"{base}/api/2.0/mlflow/experiments/search?max_results=1"
+        # 401 means the Host header passed MLflow's check and the auth layer answered.
+        for host in (
+            "ft-fedtune-mlflow.fedtune.svc.cluster.local:5000",
+            "ft-fedtune-mlflow:5000",
+            "ft-fedtune-mlflow.fedtune.svc",
+            f"localhost:{port}",
+        ):
+            assert http_status(api, host) == 401, host
+        assert http_status(api, "attacker.example") == 403
+        # One signed-in call (password hashing is slow on small machines): the admin password
+        # from the Secret works.
+        admin = ("admin", SECRETS[("mlflow-auth", "admin-password")])
+        assert http_status(api, "ft-fedtune-mlflow.fedtune.svc.cluster.local:5000", admin) == 200
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+    log_text = log_path.read_text()
+    assert SECRETS[("mlflow-auth", "admin-password")] not in log_text
+    assert (tmp_path / "data" / "basic_auth.db").exists()
+    assert (tmp_path / "data" / "mlflow.db").exists()
+
+
+def test_install_script_skips_a_working_helm(helm_bin: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(INSTALL_SCRIPT), "--dest", str(helm_bin.parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "already installed" in proc.stderr
+    assert "downloading" not in proc.stderr
