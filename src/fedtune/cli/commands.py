@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,14 @@ def make_tracker(job: JobConfig) -> Tracker:
     """The tracker the job asks for; MLflow defaults to a SQLite store in the workdir."""
     if job.tracking.backend == "none":
         return NullTracker()
-    from fedtune.tracking.mlflow_tracker import MlflowTracker
+    from fedtune.tracking.mlflow_tracker import MlflowTracker, local_tracking_uri
 
-    default = f"sqlite:///{(Path(job.workdir) / 'mlflow.db').resolve()}"
-    uri = job.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default
     Path(job.workdir).mkdir(parents=True, exist_ok=True)
-    return MlflowTracker(tracking_uri=uri, experiment=job.tracking.experiment)
+    return MlflowTracker(
+        job.tracking.tracking_uri,
+        job.tracking.experiment,
+        default_uri=local_tracking_uri(Path(job.workdir)),
+    )
 
 
 # -- validate -------------------------------------------------------------------------------

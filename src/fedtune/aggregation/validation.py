@@ -1,0 +1,89 @@
+"""Checks every tenant update passes before it may enter aggregation.
+
+An update crosses a trust boundary: a buggy or hostile client step can send missing or extra
+tensors, wrong shapes (a different LoRA rank), integer tensors, NaN/Inf after a diverged local
+run, or something far larger than the adapter. All problems of one update are collected and
+reported at once, naming the tenant, so the engine can leave that update out and go on with
+the quorum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from fedtune.core.errors import UpdateRejected
+
+_MAX_LISTED = 5  # keep messages readable when an update is entirely wrong
+
+
+def _listing(keys: list[str]) -> str:
+    shown = ", ".join(repr(k) for k in keys[:_MAX_LISTED])
+    more = len(keys) - _MAX_LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def update_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """Payload size of a state dict in bytes (elements times element size)."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def validate_update(
+    tenant: str,
+    tensors: Mapping[str, object],
+    expected: Mapping[str, tuple[int, ...]],
+    max_bytes: int,
+) -> None:
+    """Reject an update whose keys, shapes, dtypes, values or size are not acceptable.
+
+    Args:
+        tenant: The tenant that sent the update (named in the error).
+        tensors: The update, parameter name to tensor.
+        expected: Parameter name to expected shape (from the broadcast).
+        max_bytes: Upper bound on the total tensor payload in bytes.
+
+    Raises:
+        UpdateRejected: One message listing every problem found: missing keys, unexpected
+            keys, wrong shapes (expected vs got), values that are not tensors, non-floating
+            dtypes, NaN/Inf counts per tensor, and the total size when over ``max_bytes``.
+    """
+    problems: list[str] = []
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing:
+        problems.append(f"missing keys {_listing(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys {_listing(unexpected)}")
+
+    real: dict[str, torch.Tensor] = {}
+    for key in sorted(tensors):
+        value = tensors[key]
+        if not isinstance(value, torch.Tensor):
+            problems.append(f"{key!r} is a {type(value).__name__}, not a tensor")
+            continue
+        real[key] = value
+        if key in expected and tuple(value.shape) != tuple(expected[key]):
+            problems.append(
+                f"{key!r} has shape {tuple(value.shape)}, expected {tuple(expected[key])}"
+            )
+        if not value.is_floating_point():
+            problems.append(f"{key!r} has non-floating dtype {value.dtype}")
+            continue
+        n_nan = int(torch.isnan(value).sum())
+        n_inf = int(torch.isinf(value).sum())
+        if n_nan or n_inf:
+            problems.append(
+                f"{key!r} has non-finite values ({n_nan} NaN, {n_inf} Inf of {value.numel()})"
+            )
+
+    total = update_nbytes(real)
+    if total > max_bytes:
+        problems.append(f"total size {total} bytes exceeds the bound of {max_bytes} bytes")
+
+    if problems:
+        raise UpdateRejected(
+            f"update of tenant {tenant!r} rejected: " + "; ".join(problems),
+            fix=f"Inspect tenant {tenant!r}'s client step (same adapter config as the "
+            "broadcast, a stable learning rate); the update was left out of aggregation.",
+        )

@@ -1,0 +1,260 @@
+"""Hugging Face model directories in and out of the MLflow 3 model registry.
+
+The model half of :class:`~fedtune.tracking.mlflow_tracker.MlflowTracker` (which is the only
+other module that imports mlflow, lazily). A model directory is logged as a pyfunc "models
+from code" model: ``hf_pyfunc_model.py`` plus the directory as its ``hf_dir`` artifact, with
+explicit pip requirements (MLflow would otherwise try to pin torchvision) and no pickle. The
+LoggedModel is linked to the run, registered under a name, tagged, and aliased (the registry
+uses aliases; stages are deprecated).
+
+Everything goes through an explicit ``MlflowClient``: mlflow's fluent ``log_model`` and
+``register_model`` read process-wide URIs (``set_tracking_uri`` also rewrites environment
+variables) and need the run to be the process's active run.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedtune.core.errors import ConfigError, ModelError, StoreError
+from fedtune.tracking.base import ModelRef
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+logger = logging.getLogger(__name__)
+
+MODEL_CODE = Path(__file__).with_name("hf_pyfunc_model.py")
+HF_ARTIFACT = "hf_dir"  # must match HF_ARTIFACT in hf_pyfunc_model.py
+_ALIAS = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
+_VERSION_LIKE = re.compile(r"^[vV]\d+$")  # MLflow reserves v<number> for versions
+
+
+@contextmanager
+def mlflow_errors(tracking_uri: str, what: str) -> Iterator[None]:
+    """Turn MLflow's exceptions into :class:`StoreError` naming the action and the store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        raise StoreError(
+            f"MLflow failed to {what} at {tracking_uri!r}: {exc.message}",
+            fix="Check that the tracking server is reachable and the names are valid.",
+        ) from exc
+
+
+def _requirement(package: str) -> str:
+    # Pin what is installed here, minus local build tags such as "+cpu", so that a GPU
+    # serving image resolves its own build of the same release.
+    version = importlib.metadata.version(package).split("+", 1)[0]
+    return f"{package}=={version}"
+
+
+def model_requirements(with_peft: bool) -> list[str]:
+    """Explicit pip requirements of a logged model, pinned to the installed releases."""
+    packages = ["mlflow", "torch", "transformers", "tokenizers", "safetensors"]
+    if with_peft:
+        packages.append("peft")
+    return [_requirement(p) for p in packages]
+
+
+def _signature() -> Any:
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+
+    return ModelSignature(
+        inputs=Schema([ColSpec("string", "prompt")]),
+        outputs=Schema([ColSpec("string")]),
+        params=ParamSchema([ParamSpec("max_new_tokens", "long", 64)]),
+    )
+
+
+def check_model_dir(model_dir: Path, alias: str | None) -> None:
+    """Fail early, before anything is written to MLflow.
+
+    Raises:
+        ModelError: ``model_dir`` has no ``config.json``.
+        ConfigError: ``alias`` is not a valid MLflow alias.
+    """
+    if not (model_dir / "config.json").is_file():
+        raise ModelError(
+            f"{str(model_dir)!r} is not a Hugging Face model directory (no config.json)",
+            fix="Export the model with save_pretrained() (and the tokenizer beside it) "
+            "before logging it.",
+        )
+    if alias is not None and (not _ALIAS.match(alias) or _VERSION_LIKE.match(alias)):
+        raise ConfigError(
+            f"invalid model alias {alias!r}",
+            fix="Use letters, digits, '_' or '-' (not of the form v<number>), e.g. candidate.",
+        )
+
+
+def log_hf_model(
+    client: MlflowClient,
+    *,
+    experiment_id: str,
+    run_id: str,
+    model_dir: Path,
+    name: str,
+    registered_name: str,
+    alias: str | None,
+    tags: dict[str, str],
+) -> ModelRef:
+    """Log ``model_dir`` as a LoggedModel of ``run_id``, register it, tag and alias it.
+
+    Args:
+        client: Client of the tracking store (also used as the registry).
+        experiment_id: The run's experiment.
+        run_id: The run the model is an output of.
+        model_dir: A checked Hugging Face directory (see :func:`check_model_dir`).
+        name: Name of the logged model within the run.
+        registered_name: Registered model to add a version to (created if missing).
+        alias: Alias to point at the new version, or None.
+        tags: Tags (already free of secrets) for the registered model and the version.
+
+    Returns:
+        The registered version.
+    """
+    import mlflow.pyfunc
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
+    with_peft = (model_dir / "adapter" / "adapter_config.json").is_file()
+    logged = client.create_logged_model(
+        experiment_id=experiment_id, name=name, source_run_id=run_id, tags=tags
+    )
+    with tempfile.TemporaryDirectory(prefix="fedtune-mlmodel-") as tmp:
+        local = Path(tmp) / "model"
+        with warnings.catch_warnings():
+            # No input example on purpose: MLflow would load and run the model while
+            # logging it (minutes for a real LLM); the explicit signature suffices.
+            warnings.filterwarnings("ignore", message=".*An input example was not")
+            mlflow.pyfunc.save_model(
+                path=str(local),
+                python_model=str(MODEL_CODE),
+                artifacts={HF_ARTIFACT: str(model_dir)},
+                pip_requirements=model_requirements(with_peft),
+                signature=_signature(),
+                mlflow_model=Model(
+                    artifact_path=logged.artifact_location,
+                    model_uuid=logged.model_id,
+                    run_id=run_id,
+                    model_id=logged.model_id,
+                ),
+            )
+        client.log_model_artifacts(logged.model_id, str(local))
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+    version = _register(client, registered_name, logged, run_id, tags, alias)
+    logger.info("registered %s version %d (alias %s)", registered_name, version, alias)
+    return ModelRef(
+        model_uri=f"models:/{registered_name}/{version}",
+        registered_name=registered_name,
+        version=version,
+        alias=alias,
+    )
+
+
+def _register(
+    client: MlflowClient,
+    name: str,
+    logged: Any,
+    run_id: str,
+    tags: dict[str, str],
+    alias: str | None,
+) -> int:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name, tags=tags)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        for key, value in tags.items():
+            client.set_registered_model_tag(name, key, value)
+    # The source is the logged model's artifact location, not "models:/<model_id>": the SQL
+    # registry store resolves the latter through the process-wide tracking URI (a default
+    # ./mlflow.db), not through this client's.
+    mv = client.create_model_version(
+        name,
+        source=str(logged.artifact_location),
+        run_id=run_id,
+        tags=tags,
+        model_id=str(logged.model_id),
+    )
+    if alias is not None:
+        client.set_registered_model_alias(name, alias, mv.version)
+    return int(mv.version)
+
+
+def download_hf_model(
+    client: MlflowClient, tracking_uri: str, name_or_uri: str, dst_dir: Path | None = None
+) -> Path:
+    """Download a registered model version and return its Hugging Face directory.
+
+    Args:
+        client: Client of the tracking store / registry.
+        tracking_uri: The same store's URI (for resolving ``mlflow-artifacts:`` locations).
+        name_or_uri: ``models:/NAME@alias``, ``models:/NAME/VERSION``, ``NAME@alias``,
+            ``NAME/VERSION`` or a bare ``NAME`` (its highest version).
+        dst_dir: Where to download to (a new temporary folder if None).
+
+    Returns:
+        The local folder holding ``config.json``, the weights and tokenizer files.
+
+    Raises:
+        StoreError: The model, version or alias does not exist, or the download fails.
+        ModelError: The version was not logged by :func:`log_hf_model`.
+    """
+    import mlflow.artifacts
+    from mlflow.models import Model
+
+    ref = name_or_uri.removeprefix("models:/")
+    with mlflow_errors(tracking_uri, f"find registered model {name_or_uri!r}"):
+        if "@" in ref:
+            name, alias = ref.split("@", 1)
+            mv = client.get_model_version_by_alias(name, alias)
+        elif "/" in ref:
+            name, version = ref.split("/", 1)
+            mv = client.get_model_version(name, version)
+        else:
+            versions = client.search_model_versions(f"name = '{ref}'")
+            if not versions:
+                raise StoreError(
+                    f"registered model {ref!r} has no versions",
+                    fix="Check the name on the Models page of the MLflow UI.",
+                )
+            mv = max(versions, key=lambda v: int(v.version))
+        # The SQL registry does not keep a version's model_id; its download URI (the logged
+        # model's artifact location) is what every backend keeps.
+        location = client.get_model_version_download_uri(mv.name, mv.version)
+        if location.startswith("models:/"):
+            location = client.get_logged_model(location.removeprefix("models:/")).artifact_location
+        dst = Path(dst_dir) if dst_dir is not None else Path(tempfile.mkdtemp(prefix="fedtune-"))
+        dst.mkdir(parents=True, exist_ok=True)
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=location,
+                dst_path=str(dst),
+                tracking_uri=tracking_uri,
+                registry_uri=tracking_uri,
+            )
+        )
+    flavor = Model.load(str(local)).flavors.get("python_function", {})
+    artifact = flavor.get("artifacts", {}).get(HF_ARTIFACT, {})
+    hf_dir = local / str(artifact.get("path", ""))
+    if not artifact or not (hf_dir / "config.json").is_file():
+        raise ModelError(
+            f"{name_or_uri!r} holds no Hugging Face directory artifact {HF_ARTIFACT!r}",
+            fix="Load models that fedtune registered with MlflowTracker.log_model.",
+        )
+    return hf_dir
