@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -175,10 +176,12 @@ def local_command(
         "/data": str(root / "data"),
     }
 
+    # One pass, longest container path first: replacing sequentially would rewrite a host
+    # path that itself starts with /tmp (e.g. a checkout under /tmp) a second time.
+    pattern = re.compile("|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True)))
+
     def local(text: str) -> str:
-        for container_path, host_path in paths.items():
-            text = text.replace(container_path, host_path)
-        return text
+        return pattern.sub(lambda m: paths[m.group(0)], text)
 
     args = [local(a) for a in container["command"] + container["args"]]
     args = [sys.executable if a == "python" else a for a in args]
@@ -262,7 +265,8 @@ def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
         admin = ("admin", SECRETS[("mlflow-auth", "admin-password")])
         assert http_status(api, "ft-fedtune-mlflow.fedtune.svc.cluster.local:5000", admin) == 200
     finally:
-        os.killpg(server.pid, 15)
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
         server.wait(timeout=30)
     log_text = log_path.read_text()
     assert SECRETS[("mlflow-auth", "admin-password")] not in log_text
