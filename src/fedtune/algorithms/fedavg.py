@@ -22,6 +22,7 @@ from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, p
 from fedtune.core.registry import register
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.models import lora as lora_helpers
+from fedtune.models.loading import save_pretrained_dir
 from fedtune.training.context import Context, TenantData, derive_seed
 from fedtune.training.local import Regularizer, TrainResult, plan_steps, train_local
 
@@ -52,21 +53,26 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         return ServerState(tensors=prefixed("adapter", mean), meta={"round": round_index})
 
     def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
-        """The merged model as a Hugging Face directory, with the adapter in ``adapter/``.
+        """The base model as a Hugging Face directory, the adapter in ``adapter/``, and a copy
+        with the adapter merged in ``merged/``.
 
-        The merged weights make the registered model servable on its own; the adapter beside
-        them is what vLLM's LoRA serving and further federated rounds use.
+        Top-level base weights stay un-merged so that every consumer applies the adapter
+        exactly once: the registered pyfunc model and vLLM's LoRA serving alike; ``merged/``
+        is what runtimes without LoRA support (and GPT-2 under vLLM) serve.
         """
         model = ctx.peft_model(state.group("adapter"))
         model_dir = out_dir / "model"
-        lora_helpers.merge_and_export(model, ctx.tokenizer(), model_dir)
+        base, tokenizer = ctx.build_base()
+        save_pretrained_dir(base, tokenizer, model_dir)
         lora_helpers.save_adapter(model, model_dir / "adapter")
+        lora_helpers.merge_and_export(model, tokenizer, model_dir / "merged")
         tags = {
             "algorithm": self.name_tag(),
             "rounds": str(state.meta.get("round", 0)),
             "lora_r": str(ctx.lora_config.r),
+            "fedtune.layout": "base+adapter",
         }
-        return {"model": Artifact(kind="merged-with-adapter", path=model_dir, register=True, tags=tags)}
+        return {"model": Artifact(kind="base-with-adapter", path=model_dir, register=True, tags=tags)}
 
     def name_tag(self) -> str:
         """The algorithm name recorded in tags."""

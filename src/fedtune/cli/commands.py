@@ -151,5 +151,6 @@ def registrars() -> list[Registrar]:
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
     from fedtune.cli.partition import register_partition
+    from fedtune.cli.serving import register_serving
 
-    return [register_validate, register_run, register_partition, register_algorithms, register_bench, register_eval]
+    return [register_validate, register_run, register_partition, register_algorithms, register_bench, register_eval, register_serving]
