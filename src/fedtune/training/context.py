@@ -60,6 +60,7 @@ class Context:
     training: TrainingConfig
     tokenizer_spec: str = "auto"
     num_tenants: int = 1
+    public_data_uri: str | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -72,6 +73,7 @@ class Context:
             training=job.training,
             tokenizer_spec=job.tokenizer,
             num_tenants=len(job.tenants),
+            public_data_uri=job.public_data_uri,
         )
 
     # -- heavy objects, built once per process ------------------------------------------
@@ -96,6 +98,16 @@ class Context:
         return self._cache["base"]
 
     def _load_base(self) -> None:
+        model, tokenizer = self.build_base()
+        self._cache["base"] = model
+        self._cache["tokenizer"] = tokenizer
+
+    def build_base(self) -> tuple[torch.nn.Module, Any]:
+        """A new, uncached copy of the frozen base model and its tokenizer.
+
+        The cached base model is wrapped by PEFT in place once LoRA is applied; export uses
+        this to write pristine base weights beside the adapter.
+        """
         from fedtune.models.loading import load_pretrained
         from fedtune.models.tiny import build_tiny_model
         from fedtune.models.tokenizer import load_tokenizer
@@ -123,8 +135,7 @@ class Context:
                 tokenizer = load_tokenizer(self.tokenizer_spec)
         for param in model.parameters():
             param.requires_grad_(False)
-        self._cache["base"] = model
-        self._cache["tokenizer"] = tokenizer
+        return model, tokenizer
 
     def peft_model(self, adapter: dict[str, torch.Tensor] | None = None) -> Any:
         """The base model wrapped with LoRA; with ``adapter``, those weights are loaded.
@@ -149,6 +160,32 @@ class Context:
         return model
 
     # -- data -------------------------------------------------------------------------------
+    def public_examples(self) -> list[Example]:
+        """The provider's public dataset (the job's ``public_data_uri``), read once.
+
+        Raises:
+            ConfigError: ``public_data_uri`` is not set, or names nothing readable.
+            DataError: A record of the dataset is malformed.
+        """
+        from fedtune.core.errors import ConfigError, StoreError
+        from fedtune.data.loader import read_examples
+
+        if "public" not in self._cache:
+            if not self.public_data_uri:
+                raise ConfigError(
+                    "public_data_uri is not set, but the algorithm trains on a public dataset",
+                    fix="Set public_data_uri in the job file to a JSON Lines dataset the provider "
+                    "may use (e.g. examples/data/quickstart/public.jsonl).",
+                )
+            try:
+                self._cache["public"] = read_examples(self.public_data_uri)
+            except StoreError as exc:
+                raise ConfigError(
+                    f"public_data_uri={self.public_data_uri!r} cannot be read: {exc}",
+                    fix="Point public_data_uri at an existing JSON Lines file or object.",
+                ) from exc
+        return list(self._cache["public"])
+
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
         """Tokenize examples with response-only labels."""
         # Records whose prompt alone exceeds max_seq_len are skipped (and counted in the log).
