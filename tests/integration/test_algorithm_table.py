@@ -19,6 +19,8 @@ from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
 
+from tests.integration.conftest import DATA
+
 TABLE: dict[str, dict[str, Any]] = {
     "fedavg": {"name": "fedavg"},
     "fedprox": {"name": "fedprox", "mu": 0.1},
@@ -27,6 +29,27 @@ TABLE: dict[str, dict[str, Any]] = {
     "fedadagrad": {"name": "fedadagrad"},
     "fedadam": {"name": "fedadam"},
     "fedyogi": {"name": "fedyogi"},
+    "fedbiot": {"name": "fedbiot", "adapter_size": 1, "dropout": 0.5, "pre_distill_steps": 1,
+                "align_steps": 1, "eval_every": 100},
+    "fedot": {"name": "fedot", "dropout": 0.5, "pre_distill_steps": 1, "eval_every": 100},
+    "offsite-tuning": {"name": "offsite-tuning", "dropout": 0.5, "pre_distill_steps": 1,
+                       "eval_every": 100},
+}
+
+# Job fields a row needs beyond the default tiny job (2-layer model, 3 tenants, no public data).
+_OFFSITE_JOB = {
+    "model": {"source": "tiny", "arch": "llama", "hidden_size": 32, "num_layers": 6,
+              "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 160},
+    "public_data_uri": str(DATA / "public.jsonl"),
+}
+JOB_OVERRIDES: dict[str, dict[str, Any]] = {
+    "fedbiot": _OFFSITE_JOB,
+    "fedot": _OFFSITE_JOB,
+    "offsite-tuning": {
+        **_OFFSITE_JOB,
+        "tenants": [{"name": "all", "data_uri": str(DATA / "all.jsonl")}],
+        "min_clients": 1,
+    },
 }
 
 
@@ -39,7 +62,7 @@ def test_every_registered_algorithm_is_in_the_table() -> None:
 def test_algorithm_runs_and_state_round_trips(
     name: str, make_job: Callable[..., JobConfig], tmp_path: Any
 ) -> None:
-    job = make_job(rounds=1, algorithm=TABLE[name])
+    job = make_job(rounds=1, algorithm=TABLE[name], **JOB_OVERRIDES.get(name, {}))
     summary = run_job(job, NullTracker(), RunOptions(progress=False))
     assert summary["completed"] and summary["rounds"][0]["accepted"]
     store = layout.JobStores(job).exchange()

@@ -74,7 +74,165 @@ class FedOptConfig(StrictModel):
         return implied[self.name]  # type: ignore[return-value]
 
 
+class DeepSpeedSection(StrictModel):
+    """Run the provider's emulator alignment under DeepSpeed ZeRO (FedBiOT family).
+
+    Either inline settings (``zero_stage``, ``bf16``) or ``config_path``, a DeepSpeed JSON
+    file used as given (batch sizes are filled in when it leaves them out). Single process
+    on CPU needs nothing else; on a cluster start the step with the ``deepspeed`` or
+    ``torchrun`` launcher.
+    """
+
+    zero_stage: Literal[2, 3] | None = Field(
+        None, description="ZeRO stage (2 or 3); default 2 unless config_path is given."
+    )
+    bf16: bool | None = Field(
+        None, description="Train the emulator in bfloat16 under DeepSpeed (default false)."
+    )
+    config_path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2048,
+        description="Path of a DeepSpeed JSON config (relative to the working directory); "
+        "exclusive with zero_stage and bf16.",
+    )
+
+    @model_validator(mode="after")
+    def _inline_or_file(self) -> DeepSpeedSection:
+        if self.config_path is not None and (self.zero_stage is not None or self.bf16 is not None):
+            raise ValueError(
+                f"deepspeed.config_path={self.config_path!r} conflicts with inline settings "
+                f"(zero_stage={self.zero_stage}, bf16={self.bf16}); set them in the JSON file "
+                "or drop config_path"
+            )
+        return self
+
+
+class OffsiteFamilyConfig(StrictModel):
+    """Settings shared by FedBiOT and its baselines Offsite-tuning and FedOT.
+
+    The provider splits its model into an adapter (trained by tenants) and an emulator
+    (a layer-dropped copy of the rest, aligned on public data by the provider only).
+    """
+
+    dropout: float = Field(
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description="Layer dropout rate 1 - beta of the emulator (paper: 0.2 or 0.5).",
+    )
+    pre_distill_steps: int = Field(
+        500,
+        ge=0,
+        le=1_000_000,
+        description="Emulator alignment steps (Eq. 2) on public data before round 1 (paper 500).",
+    )
+    kl_lambda: float = Field(
+        0.0,
+        ge=0.0,
+        le=100.0,
+        description="lambda of Eq. 2: weight of KL(full+adapter || emulator+adapter) "
+        "(paper 0 for GSM8K/Dolly, 0.9 for code).",
+    )
+    normalize_l2: bool = Field(
+        True,
+        description="L2 term as mean(((t - s)/rms(t))^2) per token (as the reference does) "
+        "instead of the plain mean squared error.",
+    )
+    align_lr: float = Field(
+        5e-4, gt=0.0, le=10.0, description="Learning rate of the emulator alignment."
+    )
+    align_batch_size: int = Field(
+        4, ge=1, le=4096, description="Public examples per alignment step."
+    )
+    align_optimizer: Literal["sgd", "adamw"] = Field(
+        "sgd",
+        description="Alignment optimizer (paper: SGD). AdamW moments restart with every "
+        "alignment phase (pre-distillation, each round), since only weights are kept in state.",
+    )
+    public_eval_fraction: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the public dataset held out to measure alignment and AdapFu.",
+    )
+    adapter_training: Literal["full", "lora"] = Field(
+        "full",
+        description="Tenants train the adapter layers' full weights (paper) or a LoRA on them "
+        "(the job's lora section).",
+    )
+    delta_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="dtype of the per-round emulator delta sent to tenants (bfloat16 halves "
+        "the bytes; the provider tracks the tenants' copy, so rounding does not accumulate).",
+    )
+    eval_every: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="Evaluate AdapEmu (tenants) and AdapFu (provider, public held-out) every "
+        "N rounds.",
+    )
+    exact_match: Literal["auto", "gsm8k", "off"] = Field(
+        "auto",
+        description="GSM8K exact match of AdapEmu on a tenant's held-out split: 'auto' when "
+        "every held-out answer ends in 'The answer is N'.",
+    )
+    gsm8k_shots: int = Field(
+        8, ge=0, le=8, description="Demonstrations in the GSM8K prompt (paper: 8)."
+    )
+    max_new_tokens: int = Field(
+        128, ge=1, le=4096, description="Greedy tokens generated per exact-match question."
+    )
+    max_generation_examples: int = Field(
+        32, ge=1, le=100_000, description="Held-out questions scored by exact match per eval."
+    )
+    deepspeed: DeepSpeedSection | None = Field(
+        None, description="Run emulator alignment under DeepSpeed ZeRO-2/3 (default: plain torch)."
+    )
+
+
+class FedBiOTConfig(OffsiteFamilyConfig):
+    """FedBiOT (Wu et al. 2024): last-s-layer adapter, per-round emulator alignment."""
+
+    name: Literal["fedbiot"] = Field(description="Algorithm name.")
+    adapter_size: int = Field(
+        2, ge=1, le=1024, description="Adapter size s: the last s decoder layers (paper 2 or 4)."
+    )
+    eps: float = Field(
+        1.0,
+        ge=0.0,
+        le=100.0,
+        description="Proximal weight epsilon of Eq. 1: (eps/2)*||w_A - w_A^t||^2 "
+        "(paper 1.0 GSM8K/Dolly, 0.1 code).",
+    )
+    align_steps: int = Field(
+        10,
+        ge=0,
+        le=100_000,
+        description="Emulator alignment steps per round, after aggregation (paper 10).",
+    )
+
+
+class FedOTConfig(OffsiteFamilyConfig):
+    """FedOT (Kuang et al. 2023): first-2 + last-2 adapter, one-shot distillation, FedAvg."""
+
+    name: Literal["fedot"] = Field(description="Algorithm name.")
+
+
+class OffsiteTuningConfig(OffsiteFamilyConfig):
+    """Offsite-tuning (Xiao et al. 2023): FedOT with one tenant that holds all the data."""
+
+    name: Literal["offsite-tuning"] = Field(description="Algorithm name.")
+
+
 AlgorithmConfig = Annotated[
-    FedAvgConfig | FedProxConfig | ScaffoldConfig | FedOptConfig,
+    FedAvgConfig
+    | FedProxConfig
+    | ScaffoldConfig
+    | FedOptConfig
+    | FedBiOTConfig
+    | FedOTConfig
+    | OffsiteTuningConfig,
     Field(discriminator="name"),
 ]

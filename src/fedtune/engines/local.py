@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,8 +103,10 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     if info.get("run_id") != run_id:
         store.put_json(layout.RUN_KEY, {**info, "run_id": run_id})
     last = min(job.rounds, options.until_round or job.rounds)
+    run_info: dict[str, Any] = {}
     try:
         steps.init_step(env)
+        run_info = _log_initial_state(env, tracker)
         with _progress(options.progress) as bar:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
@@ -120,7 +123,28 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         RoundRecord.from_json(store.get_json(layout.summary_key(r)))
         for r in range(1, last + 1)
     ]
-    return build_summary(job, records, run_id=run_id, completed=last == job.rounds, **summary_extra)
+    return build_summary(
+        job, records, run_id=run_id, completed=last == job.rounds, run_info=run_info, **summary_extra
+    )
+
+
+def _log_initial_state(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
+    """Log what the algorithm's initial state records: ``run_info`` as params, metrics at 0.
+
+    Returns ``run_info`` (facts such as FedBiOT's layer split) for the run summary.
+    """
+    meta = env.stores.exchange().get_json(f"{layout.state_key(0)}.json")
+    run_info = dict(meta.get("run_info") or {})
+    if run_info:
+        tracker.log_params({"run_info": run_info})
+    metrics = {
+        f"server/{k}": float(v)
+        for k, v in (meta.get("metrics") or {}).items()
+        if isinstance(v, int | float) and math.isfinite(v)
+    }
+    if metrics:
+        tracker.log_metrics(metrics, step=0)
+    return run_info
 
 
 def _run_round(env: steps.StepEnv, round_index: int, tracker: Tracker, bar: Progress) -> None:
@@ -164,13 +188,17 @@ def _finish(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
     out_dir = env.stores.workdir / "artifacts" / env.job.name
     exported = steps.export_step(env, out_dir)
     artifacts: dict[str, Any] = {}
+    # Several registered models of one run (e.g. FedBiOT's AdapEmu and AdapFu) each get a
+    # registered model of their own, `<name>-<artifact>`, so one alias cannot point at two.
+    registered = [n for n, (a, _) in exported.items() if a.register]
     for name, (artifact, uri) in exported.items():
         entry: dict[str, Any] = {"uri": uri, "local_path": str(artifact.path), "kind": artifact.kind}
         if artifact.register:
+            base_name = env.job.registered_model_name
             ref = tracker.log_model(
                 artifact.path,
                 name=name,
-                registered_name=env.job.registered_model_name,
+                registered_name=f"{base_name}-{name}" if len(registered) > 1 else base_name,
                 alias=env.job.tracking.alias,
                 tags=artifact.tags,
             )

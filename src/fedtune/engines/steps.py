@@ -27,6 +27,10 @@ from fedtune.training.context import Context, TenantData, derive_seed, split_exa
 
 log = logging.getLogger(__name__)
 
+#: Artifact tag marking a model that must not leave the provider (never copied to the
+#: exchange store, which tenants read).
+PROVIDER_ONLY_TAG = "provider_only"
+
 
 @dataclass
 class StepEnv:
@@ -195,6 +199,8 @@ def aggregate_step(
         "rejected": rejected,
         "train_loss": _weighted([(u.meta.get("train_loss"), u.meta["num_samples"]) for u in valid.values()]),
         "eval_loss": _weighted([(u.meta.get("eval_loss"), u.meta["num_samples"]) for u in valid.values()]),
+        # Provider-side metrics an algorithm computed in this round (e.g. FedBiOT's alignment).
+        "metrics": dict(new_state.meta.get("metrics") or {}),
     }
 
 
@@ -219,12 +225,18 @@ def evaluate_step(env: StepEnv, tenant_name: str) -> dict[str, float]:
 def export_step(env: StepEnv, out_dir: Path) -> dict[str, tuple[Artifact, str]]:
     """Provider: write the final models locally and copy them to the exchange store.
 
+    Artifacts tagged ``provider_only: "true"`` are not copied (their URI is the local path).
     Returns each artifact with the store URI of its copy.
     """
     artifacts = env.algorithm.export(env.ctx, final_state(env), out_dir)
     store = env.stores.exchange()
     out: dict[str, tuple[Artifact, str]] = {}
     for name, artifact in artifacts.items():
+        if artifact.tags.get(PROVIDER_ONLY_TAG) == "true":
+            # The provider's own weights (e.g. FedBiOT's AdapFu holds E*): tenants can read
+            # the exchange store, so this stays in the provider's work directory and registry.
+            out[name] = (artifact, artifact.path.resolve().as_uri())
+            continue
         prefix = f"artifacts/{name}"
         for path in sorted(p for p in artifact.path.rglob("*") if p.is_file()):
             store.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())

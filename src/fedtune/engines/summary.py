@@ -25,6 +25,7 @@ class RoundRecord:
     rejected: dict[str, str] = field(default_factory=dict)
     train_loss: float | None = None
     eval_loss: float | None = None
+    server_metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -52,6 +53,8 @@ class RoundRecord:
                 "client_seconds": result.get("seconds"),
                 "train_seconds": meta.get("train_seconds"),
                 "eval_seconds": meta.get("eval_seconds"),
+                # Algorithm-specific tenant metrics (e.g. FedBiOT's AdapEmu scores, bytes).
+                "metrics": dict(meta.get("metrics") or {}),
             }
         return cls(
             round=round_index,
@@ -68,6 +71,7 @@ class RoundRecord:
             rejected=dict(aggregate.get("rejected", {})),
             train_loss=aggregate.get("train_loss"),
             eval_loss=aggregate.get("eval_loss"),
+            server_metrics=dict(aggregate.get("metrics") or {}),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -95,6 +99,12 @@ class RoundRecord:
                 value = values.get(key)
                 if isinstance(value, int | float) and math.isfinite(value):
                     out[f"{key}/{tenant}"] = float(value)
+            for key, value in (values.get("metrics") or {}).items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    out[f"{key}/{tenant}"] = float(value)
+        for key, value in self.server_metrics.items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                out[f"server/{key}"] = float(value)
         return out
 
 
@@ -116,10 +126,16 @@ def build_summary(
     completed: bool,
     artifacts: dict[str, Any] | None = None,
     final_eval: dict[str, Any] | None = None,
+    run_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole summary document."""
+    """The whole summary document.
+
+    ``run_info`` holds facts an algorithm established when it initialised (e.g. FedBiOT's
+    ``emulator_layers`` and ``adapter_layers``); they appear at the top level.
+    """
     return _clean(
         {
+            **(run_info or {}),
             "job": job.name,
             "algorithm": job.algorithm.name,
             "completed": completed,
