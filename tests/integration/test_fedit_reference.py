@@ -102,3 +102,13 @@ def test_adaptive_fedopt_moves_away_from_fedavg(make_job: Callable[..., JobConfi
     run(fedadam)
     a, b = final_adapter(fedavg), final_adapter(fedadam)
     assert any(not torch.allclose(a[k], b[k]) for k in a)
+
+
+def test_tenant_store_keeps_only_the_states_a_rerun_needs(
+    make_job: Callable[..., JobConfig],
+) -> None:
+    job = make_job(rounds=3, algorithm={"name": "scaffold"})
+    run(job)
+    own = layout.JobStores(job).tenant(job.tenants[0])
+    kept = sorted({k.rsplit(".", 1)[0] for k in own.list("client-state/")})
+    assert kept == [layout.client_state_key(2), layout.client_state_key(3)]

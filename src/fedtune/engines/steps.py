@@ -124,6 +124,7 @@ def client_step(env: StepEnv, round_index: int, tenant_name: str) -> dict[str, A
     # input state and rewrites the same output: the step stays idempotent.
     if new_state is not None:
         new_state.save(own, layout.client_state_key(round_index))
+        _prune_client_states(own, keep_from=previous if previous is not None else round_index)
     written = update.save(exchange, key)
     return {
         "seconds": time.perf_counter() - started,
@@ -131,6 +132,14 @@ def client_step(env: StepEnv, round_index: int, tenant_name: str) -> dict[str, A
         "raw_bytes": update.nbytes,
         "meta": update.meta,
     }
+
+
+def _prune_client_states(store: Any, keep_from: int) -> None:
+    """Drop kept states older than the one this round read (a re-run of it still needs that)."""
+    for key in store.list("client-state/"):
+        found = layout.latest_round([key], before=keep_from)
+        if found is not None:
+            store.delete(key)
 
 
 def collect_updates(
