@@ -57,7 +57,7 @@ class Registered:
 def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registered]:
     from mlflow import MlflowClient
 
-    from fedtune.cli.commands import make_tracker
+    from fedtune.tracking.factory import make_tracker
     from fedtune.config import parse_job
     from fedtune.engines.local import RunOptions, run_job
 

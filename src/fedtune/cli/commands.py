@@ -12,26 +12,11 @@ from rich.console import Console
 from rich.table import Table
 
 from fedtune.config import load_job
-from fedtune.config.job import JobConfig
-from fedtune.tracking.base import NullTracker, Tracker
+from fedtune.tracking.factory import make_tracker
 
 out = Console(highlight=False)
 
 Registrar = Callable[[Any], None]
-
-
-def make_tracker(job: JobConfig) -> Tracker:
-    """The tracker the job asks for; MLflow defaults to a SQLite store in the workdir."""
-    if job.tracking.backend == "none":
-        return NullTracker()
-    from fedtune.tracking.mlflow_tracker import MlflowTracker, local_tracking_uri
-
-    Path(job.workdir).mkdir(parents=True, exist_ok=True)
-    return MlflowTracker(
-        job.tracking.tracking_uri,
-        job.tracking.experiment,
-        default_uri=local_tracking_uri(Path(job.workdir)),
-    )
 
 
 # -- validate -------------------------------------------------------------------------------
@@ -61,20 +46,18 @@ def _run(args: argparse.Namespace) -> int:
 
     job = load_job(args.job)
     engine = args.engine or job.engine
-    if engine != "local":
-        from fedtune.core.errors import ConfigError
-
-        raise ConfigError(
-            f"engine {engine!r} is not available in this version",
-            fix="Use --engine local.",
-        )
     options = RunOptions(
         resume=args.resume,
         fresh=args.fresh,
         until_round=args.until_round,
         progress=not args.no_progress,
     )
-    summary = run_job(job, make_tracker(job), options)
+    if engine == "kfp-local":
+        from fedtune.cli.kfp_commands import run_kfp_local
+
+        summary = run_kfp_local(job, options)
+    else:
+        summary = run_job(job, make_tracker(job), options)
     path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -122,7 +105,12 @@ def register_run(sub: Any) -> None:
         "run where it stopped.",
     )
     p.add_argument("job", help="path of the job YAML file")
-    p.add_argument("--engine", choices=["local"], help="override the job's engine")
+    p.add_argument(
+        "--engine",
+        choices=["local", "kfp-local"],
+        help="override the job's engine: local (in-process) or kfp-local (the compiled pipeline "
+        "through kfp.local, the same components that run on the cluster)",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue a stored run")
     group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
@@ -148,9 +136,21 @@ def register_algorithms(sub: Any) -> None:
 
 
 def registrars() -> list[Registrar]:
+    """Every subcommand's registrar, in the order --help lists them."""
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
+    from fedtune.cli.kfp_commands import register_compile, register_submit
     from fedtune.cli.partition import register_partition
-    from fedtune.cli.serving import register_serving
+    from fedtune.cli.serving import register_serving as register_promote_and_serve
 
-    return [register_validate, register_run, register_partition, register_algorithms, register_bench, register_eval, register_serving]
+    return [
+        register_validate,
+        register_run,
+        register_partition,
+        register_algorithms,
+        register_compile,
+        register_submit,
+        register_promote_and_serve,
+        register_eval,
+        register_bench,
+    ]

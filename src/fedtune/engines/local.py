@@ -72,7 +72,7 @@ def _prepare_run(env: steps.StepEnv, options: RunOptions) -> dict[str, Any]:
     return info
 
 
-def _preflight(env: steps.StepEnv) -> None:
+def preflight(env: steps.StepEnv) -> None:
     """Read every tenant's data once, so bad data fails before any training, all at once."""
     problems = []
     for tenant in env.job.tenants:
@@ -92,7 +92,7 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     """Run (or resume) a job to its last round and export; return the run summary."""
     env = steps.StepEnv.create(job)
     info = _prepare_run(env, options)
-    _preflight(env)
+    preflight(env)
     store = env.stores.exchange()
     run_id = tracker.start(
         run_name=job.name,
@@ -106,7 +106,7 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     run_info: dict[str, Any] = {}
     try:
         steps.init_step(env)
-        run_info = _log_initial_state(env, tracker)
+        run_info = log_initial_state(env, tracker)
         with _progress(options.progress) as bar:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
@@ -128,7 +128,7 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     )
 
 
-def _log_initial_state(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
+def log_initial_state(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
     """Log what the algorithm's initial state records: ``run_info`` as params, metrics at 0.
 
     Returns ``run_info`` (facts such as FedBiOT's layer split) for the run summary.

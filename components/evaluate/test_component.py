@@ -1,0 +1,35 @@
+"""evaluate: the final model's metrics on the tenant's held-out split, outside a cluster in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedtune.engines import steps
+from fedtune.entrypoints import evaluate
+from tests.kfp.component_checks import assert_folder_consistent, initialised, marker
+from tests.kfp.conftest import two_tenant_job
+
+
+def test_spec_metadata_and_readme_agree() -> None:
+    assert_folder_consistent("evaluate")
+
+
+def test_reports_the_final_models_metrics(tmp_path: Path) -> None:
+    job = two_tenant_job(tmp_path / "w")
+    job_path = initialised(tmp_path, job, rounds_configured=1)
+    env = steps.StepEnv.create(job)
+    for tenant in ("tenant-a", "tenant-b"):
+        steps.client_step(env, 1, tenant)
+    steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
+    evaluate.component(str(job_path), "tenant-b", "run", str(tmp_path / "m"))
+    got = marker(tmp_path / "m")
+    assert got["tenant"] == "tenant-b" and got["metrics"] == steps.evaluate_step(env, "tenant-b")
+
+
+def test_before_the_last_round_there_is_nothing_to_evaluate(tmp_path: Path) -> None:
+    job_path = initialised(tmp_path, two_tenant_job(tmp_path / "w"))
+    with pytest.raises(SystemExit) as done:
+        evaluate.component(str(job_path), "tenant-a", "run", str(tmp_path / "m"))
+    assert done.value.code == 4  # the final state is not stored yet

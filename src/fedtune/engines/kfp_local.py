@@ -1,0 +1,145 @@
+"""The kfp-local engine: compile the job's pipeline and run it with ``kfp.local``.
+
+The very components that run on a cluster run here, each task a subprocess of this Python
+(``SubprocessRunner(use_venv=False)``: nothing is installed, nothing downloaded). Outside a
+cluster the tenant launcher runs tenant steps in-process, and the stores are the job's local
+folders, so a kfp-local run leaves exactly the stored state of a local-engine run and ends
+with the same summary structure. Resuming works the same way: the pipeline starts at the
+first round whose state and record are not stored yet, and every step skips stored output.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.core.messages import ServerState
+from fedtune.engines import layout, steps
+from fedtune.engines.local import RunOptions, preflight
+from fedtune.engines.summary import RoundRecord, build_summary
+from fedtune.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _prepare(store: Store, job: JobConfig, options: RunOptions) -> None:
+    """The local engine's rules for stored state: refuse, resume, or start fresh."""
+    if not store.exists(layout.RUN_KEY):
+        return
+    if options.fresh:
+        for key in store.list():
+            store.delete(key)
+    elif not options.resume:
+        raise ConfigError(
+            f"job {job.name!r} already has stored state at {store.uri}",
+            fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
+        )
+    # With --resume the server-init task checks that the job did not change.
+
+
+def _first_open_round(store: Store, last: int) -> int:
+    """The first round up to ``last`` not yet completed (``last`` when all are)."""
+    for round_index in range(1, last + 1):
+        done = store.exists(layout.summary_key(round_index)) and ServerState.stored(
+            store, layout.state_key(round_index)
+        )
+        if not done:
+            return round_index
+    return last
+
+
+@contextmanager
+def _importable_package() -> Iterator[None]:
+    """Make sure task subprocesses import this very fedtune (also from a source tree)."""
+    import fedtune
+
+    src = str(Path(fedtune.__file__).resolve().parents[1])
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, previous) if p)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
+def _execute(pipeline_yaml: Path, pipeline_root: Path) -> None:
+    """Run a compiled pipeline with kfp.local's subprocess runner."""
+    from kfp import components, local
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=True,
+    )
+    pipeline = components.load_component_from_file(str(pipeline_yaml))
+    # kfp.local indents output by swapping builtins.print per task; parallel loop iterations
+    # restore each other's swaps out of order and leave it indented, so put it back here.
+    saved_print = builtins.print
+    with warnings.catch_warnings(), _importable_package():
+        # Known and harmless locally: the image is ignored, display names are not shown.
+        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+        try:
+            pipeline()
+        except RuntimeError as exc:
+            raise FedtuneError(
+                f"the kfp-local pipeline failed: {_ANSI.sub('', str(exc))}",
+                fix="The failing task's log above ends with its error and fix; correct it and "
+                "run again with --resume (finished steps are kept).",
+            ) from None
+        finally:
+            builtins.print = saved_print
+
+
+def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]:
+    """Run (or resume) a job through its compiled pipeline; return the run summary.
+
+    Tracking happens inside the tasks (server init starts or resumes the MLflow run recorded
+    in the exchange store, aggregate logs each round, export registers and closes it).
+    """
+    from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
+    from fedtune.entrypoints.server_init import initial_run_info
+    from fedtune.pipelines.builder import compile_pipeline
+    from fedtune.pipelines.plan import plan_job
+
+    options = options or RunOptions()
+    env = steps.StepEnv.create(job)
+    store = env.stores.exchange()
+    _prepare(store, job, options)
+    preflight(env)
+    last = min(job.rounds, options.until_round or job.rounds)
+    start = _first_open_round(store, last)
+    plan = plan_job(job, start, last - start + 1)
+    log.info("kfp-local: job %s, rounds %d-%d, %d tasks", job.name, start, last, plan.task_count())
+    with tempfile.TemporaryDirectory(prefix="fedtune-kfp-") as tmp:
+        pipeline_yaml = compile_pipeline(job, plan, Path(tmp) / "pipeline.yaml", None)
+        _execute(pipeline_yaml, env.stores.workdir / "kfp-local" / job.name)
+    records = [
+        RoundRecord.from_json(store.get_json(layout.summary_key(r))) for r in range(1, last + 1)
+    ]
+    run_id = store.get_json(layout.RUN_KEY).get("run_id")
+    completed = last == job.rounds
+    return build_summary(
+        job,
+        records,
+        run_id=run_id,
+        completed=completed,
+        artifacts=store.get_json(ARTIFACTS_KEY) if completed else None,
+        final_eval=store.get_json(layout.FINAL_EVAL_KEY) if completed else None,
+        run_info=initial_run_info(store),
+    )

@@ -1,0 +1,454 @@
+"""The tenant launcher: run a tenant's step as a ``batch/v1`` Job in the tenant's namespace.
+
+A KFP task always runs in the run's namespace, but a tenant's data and bucket credentials live
+in the tenant's own namespace. So the client-step and evaluate components call
+:func:`run_tenant_step`: inside a cluster (``$KUBERNETES_SERVICE_HOST`` set) it creates a Job
+there — the project image, the tenant's bucket Secret from its own namespace, node selector,
+tolerations and GPU limit from the tenant's settings, pre-signed URLs for exactly the objects
+the step reads and writes — waits for it and returns what the step did; outside a cluster it
+runs the step in-process. The Job's name is derived from (job, step, round, tenant, KFP run),
+so a retried launcher re-attaches to its Job instead of starting a second one.
+
+This is the only module that imports the ``kubernetes`` client, and only inside
+:class:`KubernetesJobApi`. Everything else talks to the small :class:`JobApi` protocol, which
+is what the tests fake (no API server can run on a development machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.core.messages import Update
+from fedtune.engines import layout, steps
+from fedtune.engines.launcher_manifest import (
+    DEFAULT_SETTINGS,
+    LauncherSettings,
+    build_job_manifest,
+    load_deployment,
+)
+from fedtune.entrypoints.tenant_io import StepKind, eval_key, presign, step_objects
+from fedtune.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+_STUCK = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+_PERMISSION_FIX = (
+    "Install the chart's tenant Role (fedtune.engines.launcher_rbac.LAUNCHER_RULES) in that "
+    "namespace and run the pipeline as the launcher ServiceAccount (fedtune submit "
+    "--service-account)."
+)
+
+
+def in_cluster() -> bool:
+    """True inside a Kubernetes pod (the kubelet sets ``$KUBERNETES_SERVICE_HOST``)."""
+    return bool(os.environ.get(IN_CLUSTER_ENV))
+
+
+class JobApi(Protocol):
+    """The Kubernetes calls the launcher makes; resources are plain camelCase dicts."""
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create the Job; False when one of that name already exists."""
+        ...
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job by name, or None."""
+        ...
+
+    def list_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, str]:
+        """The Job (or None) and the list's resourceVersion to watch from."""
+        ...
+
+    def watch_job(self, namespace: str, name: str, resource_version: str, timeout_s: float) -> None:
+        """Return at the Job's next change, or after ``timeout_s``."""
+        ...
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete the Job and its pods (no error if gone)."""
+        ...
+
+    def list_pods(self, namespace: str, job_name: str) -> tuple[list[dict[str, Any]], str]:
+        """The Job's pods and the list's resourceVersion to watch from."""
+        ...
+
+    def watch_pods(
+        self, namespace: str, job_name: str, resource_version: str, timeout_s: float
+    ) -> None:
+        """Return at the next change of one of the Job's pods, or after ``timeout_s``."""
+        ...
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod by name, or None."""
+        ...
+
+    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
+        """The last ``tail_lines`` lines of the pod's log."""
+        ...
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """A finished tenant Job."""
+
+    namespace: str
+    name: str
+    seconds: float
+    reattached: bool
+
+
+def _conditions(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    status = job.get("status") or {}
+    return {c["type"]: c for c in status.get("conditions") or [] if c.get("status") == "True"}
+
+
+def _exit_code_name(code: int | None) -> str:
+    """`` (DataError)`` for a fedtune exit code: says which kind of error ended the pod."""
+    pending: list[type[FedtuneError]] = [FedtuneError]
+    while pending:
+        cls = pending.pop()
+        if code == cls.exit_code:
+            return f" ({cls.__name__})"
+        pending.extend(cls.__subclasses__())
+    return ""
+
+
+def _container_states(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s.get("state") or {} for s in (pod.get("status") or {}).get("containerStatuses") or []]
+
+
+def _stuck_reason(pods: list[dict[str, Any]]) -> str | None:
+    for pod in pods:
+        for state in _container_states(pod):
+            waiting = state.get("waiting") or {}
+            if waiting.get("reason") in _STUCK:
+                return f"pod {pod['metadata']['name']}: {waiting['reason']}: {waiting.get('message', '')}"
+    return None
+
+
+def _pending_reasons(pods: list[dict[str, Any]]) -> str:
+    reasons = [
+        f"pod {p['metadata']['name']} {c.get('reason', '')}: {c.get('message', '')}"
+        for p in pods
+        for c in (p.get("status") or {}).get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+    ]
+    return "; ".join(reasons) or "no pod reported a scheduling problem"
+
+
+def _failure(
+    api: JobApi,
+    namespace: str,
+    name: str,
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    settings: LauncherSettings,
+) -> FedtuneError:
+    failed = _conditions(job).get("Failed", {})
+    detail = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
+    newest = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    if not newest:
+        return FedtuneError(
+            f"Job {namespace}/{name} failed ({detail}) and left no pod to inspect",
+            fix=f"Run `kubectl -n {namespace} describe job {name}`.",
+        )
+    pod_name = newest[-1]["metadata"]["name"]
+    pod = api.read_pod(namespace, pod_name) or newest[-1]
+    codes = [s["terminated"].get("exitCode") for s in _container_states(pod) if s.get("terminated")]
+    code = codes[0] if codes else None
+    tail = api.read_pod_log(namespace, pod_name, settings.log_tail_lines).rstrip()
+    return FedtuneError(
+        f"Job {namespace}/{name} failed ({detail}); pod {pod_name} exited with code "
+        f"{code}{_exit_code_name(code)}. Last {settings.log_tail_lines} log lines:\n{tail}",
+        fix="The log above ends with the step's own error and fix; after correcting it, re-run "
+        "the pipeline (finished steps are kept).",
+    )
+
+
+def wait_for_job(
+    api: JobApi,
+    namespace: str,
+    name: str,
+    *,
+    settings: LauncherSettings = DEFAULT_SETTINGS,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Wait for the Job to succeed; return the seconds waited.
+
+    Raises:
+        FedtuneError: The Job failed (with its pod's log tail), a pod cannot start (bad image,
+            missing Secret), the Job vanished, or it did not finish in time (it is deleted).
+    """
+    started = clock()
+    deadline = started + settings.active_deadline_s + settings.grace_s
+    while True:
+        job, job_version = api.list_job(namespace, name)
+        if job is None:
+            raise FedtuneError(
+                f"Job {namespace}/{name} disappeared while the launcher waited for it",
+                fix="Someone deleted it, or its TTL passed; re-run the pipeline.",
+            )
+        done = _conditions(job)
+        if "Complete" in done or (job.get("status") or {}).get("succeeded"):
+            return clock() - started
+        pods, pod_version = api.list_pods(namespace, name)
+        if "Failed" in done:
+            raise _failure(api, namespace, name, job, pods, settings)
+        stuck = _stuck_reason(pods)
+        if stuck:
+            api.delete_job(namespace, name)
+            raise FedtuneError(
+                f"Job {namespace}/{name} cannot start: {stuck}",
+                fix="Check the image name and that the tenant's bucket Secret exists "
+                f"in namespace {namespace}; the Job was deleted.",
+            )
+        now = clock()
+        if now >= deadline:
+            api.delete_job(namespace, name)
+            raise FedtuneError(
+                f"Job {namespace}/{name} did not finish within {deadline - started:.0f} s "
+                f"({_pending_reasons(pods)}); it was deleted",
+                fix=f"Check the tenant's quota, node selector and GPUs (`kubectl -n {namespace} "
+                "describe pods`), or raise the launcher's deadline.",
+            )
+        timeout = min(settings.poll_s, deadline - now)
+        # Pods carry the fine-grained changes (container states); without pods, the Job does.
+        if pods:
+            api.watch_pods(namespace, name, pod_version, timeout)
+        else:
+            api.watch_job(namespace, name, job_version, timeout)
+
+
+def launch(
+    api: JobApi,
+    manifest: dict[str, Any],
+    *,
+    settings: LauncherSettings = DEFAULT_SETTINGS,
+    clock: Callable[[], float] = time.monotonic,
+) -> LaunchOutcome:
+    """Create the Job (or re-attach to the one a previous attempt created) and wait for it."""
+    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    reattached = not api.create_job(namespace, manifest)
+    if reattached:
+        existing = api.read_job(namespace, name) or {}
+        want = manifest["metadata"]["labels"]["fedtune.io/step-id"]
+        have = ((existing.get("metadata") or {}).get("labels") or {}).get("fedtune.io/step-id")
+        if have != want:
+            raise ConfigError(
+                f"a Job named {namespace}/{name} exists but belongs to another step "
+                f"(step id {have!r}, expected {want!r})",
+                fix=f"Delete it: `kubectl -n {namespace} delete job {name}`.",
+            )
+        log.info("re-attaching to Job %s/%s started by an earlier attempt", namespace, name)
+    else:
+        log.info("created Job %s/%s", namespace, name)
+    seconds = wait_for_job(api, namespace, name, settings=settings, clock=clock)
+    return LaunchOutcome(namespace=namespace, name=name, seconds=seconds, reattached=reattached)
+
+
+def run_tenant_step(
+    job: JobConfig,
+    kind: StepKind,
+    round_index: int,
+    tenant: str,
+    *,
+    run_key: str = "",
+    api: JobApi | None = None,
+    settings: LauncherSettings = DEFAULT_SETTINGS,
+    tenants_file: str | None = None,
+    force_cluster: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Run a tenant's step: as a Job in its namespace in a cluster, else in-process.
+
+    Returns the step's result: for ``client`` the shape of
+    :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``.
+    """
+    if not (force_cluster or in_cluster()):
+        env = steps.StepEnv.create(job)
+        if kind == "client":
+            return steps.client_step(env, round_index, tenant)
+        return {"metrics": steps.evaluate_step(env, tenant)}
+    store = layout.JobStores(job).exchange()
+    config = next((t for t in job.tenants if t.name == tenant), None)
+    if config is None:
+        raise ConfigError(f"no tenant named {tenant!r} in job {job.name!r}")
+    update = layout.update_key(round_index, tenant)
+    if kind == "client" and Update.stored(store, update):
+        return _update_result(store, update, {"skipped": True})
+    evaluated = eval_key(job.rounds, tenant)
+    if kind == "evaluate" and store.exists(evaluated):
+        return {"metrics": store.get_json(evaluated), "skipped": True}
+    deployment = load_deployment(config, tenants_file)
+    urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
+    step_round = round_index if kind == "client" else job.rounds
+    manifest = build_job_manifest(
+        job, tenant, kind, step_round, deployment, urls, run_key=run_key, settings=settings
+    )
+    outcome = launch(api or KubernetesJobApi(), manifest, settings=settings, clock=clock)
+    where = {"seconds": outcome.seconds, "k8s_job": f"{outcome.namespace}/{outcome.name}"}
+    if kind == "evaluate":
+        return {"metrics": store.get_json(evaluated), **where}
+    if not Update.stored(store, update):
+        raise FedtuneError(
+            f"Job {where['k8s_job']} succeeded but no update of tenant {tenant!r} is stored",
+            fix="Check the tenant pod's log for failed uploads (expired URLs?).",
+        )
+    return _update_result(store, update, where)
+
+
+def _update_result(store: Store, key: str, extra: dict[str, Any]) -> dict[str, Any]:
+    update = Update.load(store, key)
+    size = len(store.get_bytes(f"{key}.safetensors")) + len(store.get_bytes(f"{key}.json"))
+    return {"bytes": size, "raw_bytes": update.nbytes, "meta": update.meta, **extra}
+
+
+class KubernetesJobApi:
+    """:class:`JobApi` over the official client, with in-cluster credentials."""
+
+    #: The RBAC permission (apiGroup, resource, verb) behind each method; see LAUNCHER_RULES.
+    PERMISSIONS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "create_job": ("batch", "jobs", "create"),
+        "read_job": ("batch", "jobs", "get"),
+        "list_job": ("batch", "jobs", "list"),
+        "watch_job": ("batch", "jobs", "watch"),
+        "delete_job": ("batch", "jobs", "delete"),
+        "list_pods": ("", "pods", "list"),
+        "watch_pods": ("", "pods", "watch"),
+        "read_pod": ("", "pods", "get"),
+        "read_pod_log": ("", "pods/log", "get"),
+    }
+
+    def __init__(self) -> None:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            config.load_incluster_config()
+        except ConfigException as exc:
+            raise ConfigError(
+                f"no in-cluster Kubernetes credentials: {exc}",
+                fix="Run the launcher inside a pod with a ServiceAccount token.",
+            ) from None
+        self._batch = client.BatchV1Api()
+        self._core = client.CoreV1Api()
+        self._plain = client.ApiClient().sanitize_for_serialization
+
+    @contextmanager
+    def _errors(self, action: str, namespace: str, missing_ok: bool = False) -> Iterator[None]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            yield
+        except ApiException as exc:
+            if exc.status == 403:
+                raise ConfigError(
+                    f"the launcher may not {action} in namespace {namespace!r}: {exc.reason}",
+                    fix=_PERMISSION_FIX,
+                ) from None
+            if not (missing_ok and exc.status == 404):
+                raise  # transient (5xx, timeouts): the KFP retry re-attaches
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            with self._errors("create jobs", namespace):
+                self._batch.create_namespaced_job(namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._errors("get jobs", namespace, missing_ok=True):
+            return dict(self._plain(self._batch.read_namespaced_job(name, namespace)))
+        return None
+
+    def list_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, str]:
+        with self._errors("list jobs", namespace):
+            found = self._plain(
+                self._batch.list_namespaced_job(namespace, field_selector=f"metadata.name={name}")
+            )
+        items = found.get("items") or []
+        return (items[0] if items else None), found["metadata"].get("resourceVersion", "")
+
+    def _watch(
+        self, func: Any, namespace: str, resource_version: str, timeout_s: float, **selector: str
+    ) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        stream = watch.Watch()
+        try:
+            for _ in stream.stream(
+                func,
+                namespace,
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(timeout_s)),
+                **selector,
+            ):
+                break  # any change: the loop re-reads the state
+        except ApiException as exc:
+            if exc.status != 410:  # 410: version too old; the next list starts afresh
+                raise
+        finally:
+            stream.stop()
+
+    def watch_job(self, namespace: str, name: str, resource_version: str, timeout_s: float) -> None:
+        with self._errors("watch jobs", namespace):
+            self._watch(
+                self._batch.list_namespaced_job,
+                namespace,
+                resource_version,
+                timeout_s,
+                field_selector=f"metadata.name={name}",
+            )
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        with self._errors("delete jobs", namespace, missing_ok=True):
+            self._batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+    def list_pods(self, namespace: str, job_name: str) -> tuple[list[dict[str, Any]], str]:
+        with self._errors("list pods", namespace):
+            found = self._plain(
+                self._core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}")
+            )
+        return list(found.get("items") or []), found["metadata"].get("resourceVersion", "")
+
+    def watch_pods(
+        self, namespace: str, job_name: str, resource_version: str, timeout_s: float
+    ) -> None:
+        with self._errors("watch pods", namespace):
+            self._watch(
+                self._core.list_namespaced_pod,
+                namespace,
+                resource_version,
+                timeout_s,
+                label_selector=f"job-name={job_name}",
+            )
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._errors("get pods", namespace, missing_ok=True):
+            return dict(self._plain(self._core.read_namespaced_pod(name, namespace)))
+        return None
+
+    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
+        with self._errors("get pods/log", namespace, missing_ok=True):
+            return str(self._core.read_namespaced_pod_log(name, namespace, tail_lines=tail_lines))
+        return "(the pod's log is gone)"

@@ -1,0 +1,115 @@
+"""Provider, end of a round: validate the updates, aggregate, record the round.
+
+``python -m fedtune.entrypoints.aggregate --job JOB.yaml --round N [--client-marker PATH ...]``
+
+The client markers say which tenants delivered and why the others did not; the quorum rule
+and update validation are those of :func:`fedtune.engines.steps.aggregate_step`. The round's
+record (the same :class:`~fedtune.engines.summary.RoundRecord` the local engine writes) goes
+to the exchange store and its metrics to the tracker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import FedtuneError
+from fedtune.core.messages import ServerState
+from fedtune.engines import layout, steps
+from fedtune.engines.summary import RoundRecord
+from fedtune.entrypoints import common
+
+
+def _split(
+    markers: list[dict[str, Any]], round_index: int, sampled: list[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Client results of the tenants that delivered, and reasons for those that did not."""
+    clients: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    for marker in markers:
+        tenant = marker.get("tenant")
+        if marker.get("round") != round_index or tenant not in sampled:
+            raise FedtuneError(
+                f"round {round_index}: got a client marker for tenant {tenant!r} of round "
+                f"{marker.get('round')!r}, but this round samples {sampled}",
+                fix="Recompile the pipeline from the job file; it was wired for another job.",
+            )
+        if marker.get("ok"):
+            clients[tenant] = dict(marker.get("result") or {})
+        else:
+            failed[tenant] = str(marker.get("reason") or "client step failed")
+    return clients, failed
+
+
+def run(
+    job: JobConfig,
+    round_index: int,
+    configure: dict[str, Any],
+    client_markers: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Aggregate round ``round_index`` and store its record; return the state marker."""
+    env = steps.StepEnv.create(job)
+    store = env.stores.exchange()
+    sampled = steps.sample_clients(job, round_index)
+    summary_key = layout.summary_key(round_index)
+    if store.exists(summary_key) and ServerState.stored(store, layout.state_key(round_index)):
+        return {"round": round_index, "skipped": True}  # completed by an earlier run
+    clients, failed = _split(client_markers, round_index, sampled)
+    aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+    started_at = configure.get("started_at")
+    total = time.time() - float(started_at) if started_at else float(aggregate.get("seconds", 0.0))
+    record = RoundRecord.build(
+        round_index, sampled, configure.get("configure", {}), clients, aggregate, total
+    )
+    store.put_json(summary_key, record.to_json())
+    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
+    common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
+    return {"round": round_index, "accepted": record.accepted, "rejected": record.rejected}
+
+
+def component(
+    job_path: str, round_index: int, broadcast_path: str, update_paths: list[str], state_path: str
+) -> None:
+    """Body of the ``aggregate`` KFP component."""
+
+    def body() -> None:
+        job = common.read_job_artifact(job_path)
+        markers = [common.read_marker(p) for p in update_paths]
+        result = run(job, int(round_index), common.read_marker(broadcast_path), markers)
+        common.write_marker(state_path, result)
+
+    common.setup_logging()
+    common.guarded(body)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.job_parser(__doc__.splitlines()[0], "aggregate")
+    parser.add_argument("--round", type=int, required=True, help="round number (from 1)")
+    parser.add_argument("--configure-marker", metavar="PATH", help="marker of configure_round")
+    parser.add_argument(
+        "--client-marker", metavar="PATH", action="append", default=[], help="a client marker"
+    )
+    return parser.parse_args(argv)
+
+
+def _body(args: argparse.Namespace) -> dict[str, Any]:
+    job = common.read_job(args.job, args.job_json)
+    configure = common.read_marker(args.configure_marker) if args.configure_marker else {}
+    markers = [common.read_marker(p) for p in args.client_marker]
+    if not args.client_marker:
+        # From a shell, the stored updates speak for themselves: every sampled tenant counts.
+        sampled = steps.sample_clients(job, args.round)
+        markers = [{"round": args.round, "tenant": t, "ok": True} for t in sampled]
+    return run(job, args.round, configure, markers)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of the step."""
+    common.run_main(_parse, _body, argv)
+
+
+if __name__ == "__main__":
+    main()

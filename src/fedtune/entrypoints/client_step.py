@@ -1,0 +1,82 @@
+"""Tenant, each round: train on the tenant's own data and deliver its update.
+
+``python -m fedtune.entrypoints.client_step --job JOB.yaml --round N --tenant NAME``
+runs the step in this process. A launched tenant pod adds ``--presigned`` and gets its job
+from ``$FEDTUNE_JOB_JSON`` and its exchange objects as pre-signed URLs (see
+:mod:`fedtune.entrypoints.tenant_io`). The KFP component calls :func:`run`, which goes through
+the tenant launcher (a Job in the tenant's namespace when inside a cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import FedtuneError
+from fedtune.engines import steps
+from fedtune.entrypoints import common, tenant_io
+
+log = logging.getLogger(__name__)
+
+
+def run(job: JobConfig, round_index: int, tenant: str, run_key: str = "") -> dict[str, Any]:
+    """Run the tenant's step (launched or in-process); return its marker.
+
+    A :class:`FedtuneError` does not fail the task: as in the local engine, a tenant's failure
+    costs its update, not the round, and the aggregate step's quorum decides. Anything else
+    (an API server hiccup, a killed pod) fails the task so that KFP retries it.
+    """
+    from fedtune.engines.launcher import run_tenant_step
+
+    marker: dict[str, Any] = {"round": round_index, "tenant": tenant}
+    try:
+        result = run_tenant_step(job, "client", round_index, tenant, run_key=run_key)
+    except FedtuneError as exc:
+        log.error("client step of tenant %s failed: %s", tenant, exc)
+        return {**marker, "ok": False, "reason": f"client step failed: {exc}"}
+    return {**marker, "ok": True, "result": result}
+
+
+def component(job_path: str, round_index: int, tenant: str, run_key: str, update_path: str) -> None:
+    """Body of the ``client-step`` KFP component."""
+    common.setup_logging()
+    common.guarded(
+        lambda: common.write_marker(
+            update_path,
+            run(common.read_job_artifact(job_path), int(round_index), tenant, run_key),
+        )
+    )
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.job_parser(__doc__.splitlines()[0], "client_step")
+    parser.add_argument("--round", type=int, required=True, help="round number (from 1)")
+    parser.add_argument("--tenant", required=True, help="tenant name")
+    parser.add_argument(
+        "--presigned",
+        action="store_true",
+        help=f"reach the exchange only through the URLs in ${tenant_io.PRESIGNED_ENV}",
+    )
+    return parser.parse_args(argv)
+
+
+def _body(args: argparse.Namespace) -> dict[str, Any]:
+    job = common.read_job(args.job, args.job_json)
+    if args.presigned:
+        expected = tenant_io.step_objects("client", job, args.round, args.tenant)
+        urls = tenant_io.read_urls(expected)
+        return tenant_io.run_presigned(job, "client", args.round, args.tenant, urls)
+    # Never the launcher here: this process may itself be the launched pod.
+    return steps.client_step(steps.StepEnv.create(job), args.round, args.tenant)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of the step."""
+    common.run_main(_parse, _body, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""What every entrypoint shares: reading the job, marker files, exit codes, the tracker.
+
+An entrypoint is what a pod runs (``python -m fedtune.entrypoints.<step>``) and what a KFP
+component body calls. It parses the job, calls one function of :mod:`fedtune.engines.steps`
+and writes a small JSON *marker* (what the step did: bytes, seconds, metrics) for the next
+task. State itself never travels in markers: it stays in the job's stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from fedtune.config import load_job, parse_job
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.tracking.base import Tracker
+from fedtune.tracking.factory import make_tracker
+
+log = logging.getLogger(__name__)
+
+JOB_ENV = "FEDTUNE_JOB_JSON"
+"""Environment variable holding the job config as JSON (how a launched tenant pod gets it)."""
+
+T = TypeVar("T")
+
+
+def job_from_json(text: str, *, source: str) -> JobConfig:
+    """Validate a job given as JSON text (paths in it are taken as they are)."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source}: the job config is not valid JSON: {exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno}",
+            fix="Pass the job as a JSON object (`fedtune compile` writes a valid default).",
+        ) from None
+    return parse_job(raw, source=source)
+
+
+def read_job(path: str | None = None, text: str | None = None) -> JobConfig:
+    """The job from a YAML/JSON file, from JSON text, or from ``$FEDTUNE_JOB_JSON``."""
+    if path:
+        return load_job(path)
+    if text:
+        return job_from_json(text, source="--job-json")
+    from_env = os.environ.get(JOB_ENV)
+    if from_env:
+        return job_from_json(from_env, source=f"${JOB_ENV}")
+    raise ConfigError(
+        "no job config given",
+        fix=f"Pass --job JOB.yaml, --job-json '{{...}}', or set {JOB_ENV}.",
+    )
+
+
+def write_job_artifact(path: str | Path, job: JobConfig) -> None:
+    """Write the validated job as the JSON artifact every later task reads."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(job.model_dump(mode="json"), sort_keys=True), "utf-8")
+
+
+def read_job_artifact(path: str | Path) -> JobConfig:
+    """Read a job artifact written by :func:`write_job_artifact`."""
+    return job_from_json(Path(path).read_text("utf-8"), source=str(path))
+
+
+def write_marker(path: str | Path, data: dict[str, Any]) -> None:
+    """Write a step's marker (small JSON) to an artifact path."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, sort_keys=True, default=str), "utf-8")
+
+
+def read_marker(path: str | Path) -> dict[str, Any]:
+    """Read a marker written by :func:`write_marker`."""
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FedtuneError(
+            f"cannot read the marker of an upstream task at {str(path)!r}: {exc}",
+            fix="Re-run the pipeline; the upstream task did not finish writing its output.",
+        ) from None
+    if not isinstance(data, dict):
+        raise FedtuneError(f"marker at {str(path)!r} is not a JSON object: {data!r}")
+    return data
+
+
+def resume_tracker(job: JobConfig, run_id: str | None) -> Tracker:
+    """The tracker, attached to the run that the server-init step started."""
+    tracker = make_tracker(job)
+    tracker.start(run_name=job.name, params={}, tags={}, run_id=run_id)
+    return tracker
+
+
+def guarded(call: Callable[[], T]) -> T:
+    """Run ``call``; a :class:`FedtuneError` becomes its message on stderr and its exit code.
+
+    Component bodies and ``main`` functions go through this, so a failing pod shows the
+    message and fix a user can act on, and exits with the error's documented code.
+    """
+    try:
+        return call()
+    except FedtuneError as exc:
+        sys.stderr.write(exc.render() + "\n")
+        sys.stderr.flush()
+        raise SystemExit(exc.exit_code) from None
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """INFO-level logs to stderr, as pods and the KFP UI show them."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def job_parser(description: str, step: str) -> argparse.ArgumentParser:
+    """The arguments every entrypoint takes: the job and where to write its marker."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m fedtune.entrypoints.{step}", description=description
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--job", metavar="PATH", help="job YAML or JSON file")
+    source.add_argument("--job-json", metavar="JSON", help=f"job as JSON text (else ${JOB_ENV})")
+    parser.add_argument("--result", metavar="PATH", help="write the step's JSON marker here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    return parser
+
+
+def finish_main(result: dict[str, Any], path: str | None) -> NoReturn:
+    """Write the marker (to ``path`` or stdout) and exit 0."""
+    if path:
+        write_marker(path, result)
+    else:
+        sys.stdout.write(json.dumps(result, sort_keys=True, default=str) + "\n")
+    raise SystemExit(0)
+
+
+def run_main(
+    parse: Callable[[Sequence[str] | None], argparse.Namespace],
+    body: Callable[[argparse.Namespace], dict[str, Any]],
+    argv: Sequence[str] | None,
+) -> NoReturn:
+    """Parse ``argv``, run ``body`` under :func:`guarded`, write its marker, exit."""
+    args = parse(argv)
+    setup_logging(getattr(args, "verbose", False))
+    result = guarded(lambda: body(args))
+    finish_main(result, getattr(args, "result", None))

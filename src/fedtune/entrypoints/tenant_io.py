@@ -1,0 +1,180 @@
+"""A launched tenant pod's side of the exchange: exactly its objects, by pre-signed URL.
+
+On Kubernetes the provider's launcher never hands a tenant pod the exchange store's
+credentials. It pre-signs a GET URL for each object the step reads (the round's broadcast, or
+the final state for evaluation) and a PUT URL for each object it writes (the tenant's update,
+or its metrics), and passes them in ``$FEDTUNE_PRESIGNED``. The pod mirrors what it reads into
+a private local exchange store, runs the very same step function, then uploads what the step
+wrote, checksum sidecars included, the JSON half of a message last (its presence marks the
+message complete). URLs are capabilities: they are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Literal
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, IntegrityError, StoreError
+from fedtune.engines import layout, steps
+from fedtune.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+PRESIGNED_ENV = "FEDTUNE_PRESIGNED"
+"""Environment variable with ``{"get": {key: url}, "put": {key: url}}`` for a tenant pod."""
+
+StepKind = Literal["client", "evaluate"]
+SIDECAR = ".sha256"
+_ATTEMPTS = 3
+_TIMEOUT_S = 120.0
+
+
+def eval_key(round_index: int, tenant: str) -> str:
+    """Where a tenant's evaluation of the state after ``round_index`` lands (exchange store)."""
+    return f"eval/{layout.round_tag(round_index)}/{tenant}.json"
+
+
+def _message_blobs(key: str) -> list[str]:
+    # Tensors first, JSON last: a reader treats the JSON as the mark of a complete message.
+    return [f"{key}.safetensors", f"{key}.json"]
+
+
+def step_objects(
+    kind: StepKind, job: JobConfig, round_index: int, tenant: str
+) -> tuple[list[str], list[str]]:
+    """The exchange-store blobs a tenant step reads and writes (sidecars implied)."""
+    if kind == "client":
+        return (
+            _message_blobs(layout.broadcast_key(round_index)),
+            _message_blobs(layout.update_key(round_index, tenant)),
+        )
+    return _message_blobs(layout.state_key(job.rounds)), [eval_key(job.rounds, tenant)]
+
+
+def presign(
+    store: Store, gets: list[str], puts: list[str], expires_s: int
+) -> dict[str, dict[str, str]]:
+    """GET URLs for ``gets`` and PUT URLs for ``puts``, each blob with its sidecar."""
+    return {
+        "get": {
+            k: store.presigned_url(k, method="get", expires_s=expires_s)
+            for k in _with_sidecars(gets)
+        },
+        "put": {
+            k: store.presigned_url(k, method="put", expires_s=expires_s)
+            for k in _with_sidecars(puts)
+        },
+    }
+
+
+def _with_sidecars(keys: list[str]) -> list[str]:
+    return [name for key in keys for name in (key, key + SIDECAR)]
+
+
+def _request(url: str, key: str, method: str, data: bytes | None = None) -> bytes:
+    """One HTTP request with a few retries on network errors and 5xx; the URL is not logged."""
+    # An explicit binary type: urllib would send a body as a form, which servers may parse.
+    headers = {"Content-Type": "application/octet-stream"} if data is not None else {}
+    attempt = 1
+    while True:
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt == _ATTEMPTS:
+                raise StoreError(
+                    f"{method} of exchange object {key!r} by pre-signed URL failed: HTTP {exc.code} "
+                    f"{exc.reason}",
+                    fix="403 usually means the URL expired (raise the launcher's deadline) or "
+                    "the clock is off; 404 means the provider has not written the object.",
+                ) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            if attempt == _ATTEMPTS:
+                raise StoreError(
+                    f"{method} of exchange object {key!r} by pre-signed URL failed: "
+                    f"{getattr(exc, 'reason', exc)}",
+                    fix="Check that the tenant namespace's network policy allows egress to the "
+                    "provider's object store endpoint.",
+                ) from None
+        log.warning("%s of %s failed (attempt %d of %d); retrying", method, key, attempt, _ATTEMPTS)
+        time.sleep(attempt)
+        attempt += 1
+
+
+def read_urls(expected: tuple[list[str], list[str]]) -> dict[str, dict[str, str]]:
+    """Read ``$FEDTUNE_PRESIGNED`` and check it names exactly the expected objects."""
+    raw = os.environ.get(PRESIGNED_ENV)
+    if not raw:
+        raise ConfigError(
+            f"--presigned given but ${PRESIGNED_ENV} is empty",
+            fix="Tenant pods are started by the provider's launcher, which sets it.",
+        )
+    try:
+        urls = json.loads(raw)
+        got = {"get": set(urls["get"]), "put": set(urls["put"])}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ConfigError(
+            f"${PRESIGNED_ENV} is not a JSON object with 'get' and 'put' maps",
+            fix="Tenant pods are started by the provider's launcher, which sets it.",
+        ) from None
+    want = {"get": set(_with_sidecars(expected[0])), "put": set(_with_sidecars(expected[1]))}
+    if got != want:
+        raise ConfigError(
+            f"${PRESIGNED_ENV} names {sorted(got['get'])} / {sorted(got['put'])}, but this "
+            f"step reads {sorted(want['get'])} and writes {sorted(want['put'])}",
+            fix="Launcher and tenant image must be the same fedtune version.",
+        )
+    return {"get": dict(urls["get"]), "put": dict(urls["put"])}
+
+
+def run_presigned(
+    job: JobConfig, kind: StepKind, round_index: int, tenant: str, urls: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """Fetch the step's inputs, run it against a private local exchange, upload its outputs."""
+    gets, puts = step_objects(kind, job, round_index, tenant)
+    with tempfile.TemporaryDirectory(prefix="fedtune-exchange-") as tmp:
+        env = steps.StepEnv.create(job.model_copy(update={"exchange_uri": tmp}))
+        store = env.stores.exchange()
+        for key in gets:
+            data = _request(urls["get"][key], key, "GET")
+            recorded = _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET").decode().strip()
+            if hashlib.sha256(data).hexdigest() != recorded:
+                raise IntegrityError(
+                    f"exchange object {key!r} does not match its sha256 sidecar ({recorded[:64]!r})"
+                )
+            store.put_bytes(key, data)
+        if kind == "client":
+            result = steps.client_step(env, round_index, tenant)
+        else:
+            result = {"metrics": steps.evaluate_step(env, tenant)}
+            store.put_json(eval_key(job.rounds, tenant), result["metrics"])
+        for key in puts:
+            data = store.get_bytes(key)
+            _request(urls["put"][key], key, "PUT", data)
+            _request(
+                urls["put"][key + SIDECAR],
+                key + SIDECAR,
+                "PUT",
+                hashlib.sha256(data).hexdigest().encode(),
+            )
+            log.info("uploaded %s (%d bytes)", key, len(data))
+    return result
+
+
+def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
+    """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange URI."""
+    tenants = [
+        t if t.name == tenant else t.model_copy(update={"data_uri": "redacted", "store_uri": None})
+        for t in job.tenants
+    ]
+    tracking = job.tracking.model_copy(update={"backend": "none", "tracking_uri": None})
+    return job.model_copy(update={"tenants": tenants, "tracking": tracking, "exchange_uri": None})

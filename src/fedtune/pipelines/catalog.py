@@ -1,0 +1,91 @@
+"""The committed compiled files: one pipeline per algorithm family, one YAML per component.
+
+``pipelines/compiled/<family>.yaml`` is compiled from ``pipelines/jobs/<family>.yaml`` (for
+upload in the KFP UI, and shipped by the Helm chart); ``components/<name>/component.yaml``
+is each component's own spec, for reuse in other pipelines. They are generated, never edited:
+
+    python -m fedtune.pipelines.catalog --write    # regenerate
+    python -m fedtune.pipelines.catalog --check    # exit 1 when any is stale
+
+A test runs the check, so a change to a component, the builder or a job file that is not
+recompiled fails CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kfp import compiler
+
+from fedtune.config import load_job
+from fedtune.pipelines.builder import ClusterSettings
+from fedtune.pipelines.compiling import compile_job
+from fedtune.pipelines.components import COMPONENTS
+
+COMMITTED_SETTINGS = ClusterSettings(
+    s3_endpoint="http://fedtune-minio.fedtune.svc.cluster.local:9000",
+)
+"""The chart's defaults for a release named ``fedtune`` in namespace ``fedtune``."""
+
+
+def repo_root() -> Path:
+    """The source checkout this package lives in (``src/fedtune/pipelines/`` -> root)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def render(root: Path) -> dict[Path, str]:
+    """Every committed compiled file and the text it must have."""
+    outputs: dict[Path, str] = {}
+    with tempfile.TemporaryDirectory(prefix="fedtune-catalog-") as tmp:
+        for job_file in sorted((root / "pipelines" / "jobs").glob("*.yaml")):
+            out = Path(tmp) / f"{job_file.stem}.yaml"
+            compile_job(load_job(job_file), out, settings=COMMITTED_SETTINGS)
+            outputs[root / "pipelines" / "compiled" / out.name] = out.read_text("utf-8")
+        for name, component in COMPONENTS.items():
+            out = Path(tmp) / f"{name}.yaml"
+            compiler.Compiler().compile(component, str(out))
+            outputs[root / "components" / name / "component.yaml"] = out.read_text("utf-8")
+    return outputs
+
+
+def stale(root: Path) -> list[Path]:
+    """Committed files that differ from a fresh compile, are missing, or have no source."""
+    expected = render(root)
+    found = {p for p in (root / "pipelines" / "compiled").glob("*.yaml")}
+    problems = [p for p, text in expected.items() if not p.exists() or p.read_text("utf-8") != text]
+    return sorted(set(problems) | (found - set(expected)))
+
+
+def write(root: Path) -> list[Path]:
+    """Regenerate every committed file; return the paths written."""
+    outputs = render(root)
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, "utf-8")
+    return sorted(outputs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--write`` regenerates, ``--check`` lists stale files (exit 1 if any)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate the committed files")
+    mode.add_argument("--check", action="store_true", help="exit 1 when any file is stale")
+    parser.add_argument("--root", type=Path, default=repo_root(), help="repository root")
+    args = parser.parse_args(argv)
+    if args.write:
+        for path in write(args.root):
+            sys.stdout.write(f"wrote {path.relative_to(args.root)}\n")
+        return 0
+    problems = stale(args.root)
+    for path in problems:
+        sys.stdout.write(f"stale: {path.relative_to(args.root)}\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""A scripted stand-in for the Kubernetes API (no API server can run on these machines).
+
+It implements :class:`fedtune.engines.launcher.JobApi`: each ``watch_*`` call moves the
+scripted Job to its next state and advances a fake clock by the watch's timeout, so wait-loop
+tests take no wall time. Every call is recorded by method name, which the RBAC test maps to
+the permissions the real client needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FakeClock:
+    """Seconds that pass only when the fake API says so."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(
+    name: str,
+    *,
+    phase: str = "Running",
+    created: str = "2026-01-01T00:00:00Z",
+    waiting: dict[str, str] | None = None,
+    exit_code: int | None = None,
+    unschedulable: str | None = None,
+) -> dict[str, Any]:
+    """A pod dict as the API returns it (camelCase), with one container state."""
+    state: dict[str, Any] = {"running": {}}
+    if waiting:
+        state = {"waiting": waiting}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Error"}}
+    conditions = []
+    if unschedulable:
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": unschedulable,
+            }
+        )
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "containerStatuses": [{"name": "tenant-step", "state": state}],
+        },
+    }
+
+
+def job_status(
+    condition: str | None = None, reason: str = "", message: str = "", **counts: int
+) -> dict[str, Any]:
+    """A Job ``status`` with an optional terminal condition (``Complete`` / ``Failed``)."""
+    status: dict[str, Any] = dict(counts)
+    if condition:
+        status["conditions"] = [
+            {"type": condition, "status": "True", "reason": reason, "message": message}
+        ]
+    return status
+
+
+@dataclass
+class State:
+    """One scripted moment: the Job's status and its pods."""
+
+    status: dict[str, Any]
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class FakeJobApi:
+    """The launcher's view of a cluster, scripted state by state."""
+
+    states: list[State]
+    clock: FakeClock = field(default_factory=FakeClock)
+    existing: dict[str, Any] | None = None  # a Job an earlier attempt created
+    logs: dict[str, str] = field(default_factory=dict)
+    # Runs the created Job (as a kubelet would) and returns the states it goes through.
+    on_create: Callable[[dict[str, Any]], list[State]] | None = None
+    calls: list[str] = field(default_factory=list)
+    created: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    log_requests: list[tuple[str, int]] = field(default_factory=list)
+    _index: int = 0
+    _body: dict[str, Any] | None = None
+
+    def _current(self) -> State:
+        return self.states[min(self._index, len(self.states) - 1)]
+
+    def _advance(self, timeout_s: float) -> None:
+        self.clock.now += timeout_s
+        self._index += 1
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.calls.append("create_job")
+        if self.existing is not None:
+            return False
+        self._body = copy.deepcopy(body)
+        self.created.append(self._body)
+        if self.on_create:
+            self.states = self.on_create(self._body)
+        return True
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("read_job")
+        return self.existing if self.existing is not None else self._body
+
+    def list_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, str]:
+        self.calls.append("list_job")
+        base = self.existing if self.existing is not None else self._body
+        if base is None or name in self.deleted:
+            return None, "1"
+        return {**base, "status": self._current().status}, str(self._index)
+
+    def watch_job(self, namespace: str, name: str, resource_version: str, timeout_s: float) -> None:
+        self.calls.append("watch_job")
+        self._advance(timeout_s)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append("delete_job")
+        self.deleted.append(name)
+
+    def list_pods(self, namespace: str, job_name: str) -> tuple[list[dict[str, Any]], str]:
+        self.calls.append("list_pods")
+        return copy.deepcopy(self._current().pods), str(self._index)
+
+    def watch_pods(
+        self, namespace: str, job_name: str, resource_version: str, timeout_s: float
+    ) -> None:
+        self.calls.append("watch_pods")
+        self._advance(timeout_s)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("read_pod")
+        return next((p for p in self._current().pods if p["metadata"]["name"] == name), None)
+
+    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
+        self.calls.append("read_pod_log")
+        self.log_requests.append((name, tail_lines))
+        return self.logs.get(name, "")

@@ -1,0 +1,116 @@
+"""``fedtune run --engine kfp-local``: the compiled pipeline under kfp.local equals the local engine.
+
+One small pipeline (SCAFFOLD, two tenants, two rounds: 12 tasks) because every task is a fresh
+Python process that imports torch and transformers. SCAFFOLD keeps client state in each
+tenant's own store between rounds, so equality also shows that state flows through the stores
+across task processes exactly as in one process.
+"""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedtune.cli.kfp_commands import run_kfp_local
+from fedtune.core.errors import ConfigError
+from fedtune.core.messages import ServerState
+from fedtune.engines import layout
+from fedtune.engines.local import RunOptions, run_job
+from fedtune.tracking.base import NullTracker
+from tests.integration.conftest import DATA
+from tests.kfp.conftest import two_tenant_job
+
+QUIET = RunOptions(progress=False)
+
+
+def final_state(job) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+    store = layout.JobStores(job).exchange()
+    return ServerState.load(store, layout.state_key(job.rounds)).tensors
+
+
+@pytest.mark.slow
+def test_kfp_local_run_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
+    settings = {"rounds": 2, "algorithm": {"name": "scaffold"}}
+    local_job = two_tenant_job(tmp_path / "local", **settings)
+    kfp_job = two_tenant_job(tmp_path / "kfp", **settings)
+
+    expected = run_job(local_job, NullTracker(), QUIET)
+    printer = builtins.print
+    got = run_kfp_local(kfp_job, QUIET)
+    assert builtins.print is printer  # kfp.local's indentation does not leak out
+
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert a.keys() == b.keys() and any(k.startswith("adapter/") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    # The same summary structure, and the same numbers where they do not measure time.
+    assert got.keys() == expected.keys()
+    assert got["completed"] and got["mlflow_run_id"] == expected["mlflow_run_id"] == "null"
+    for mine, theirs in zip(got["rounds"], expected["rounds"], strict=True):
+        assert mine.keys() == theirs.keys()
+        for field in ("round", "sampled", "accepted", "rejected", "train_loss", "eval_loss"):
+            assert mine[field] == theirs[field], field
+        for tenant, values in theirs["tenants"].items():
+            # bytes_received is left out: the update's JSON carries timings of varying length.
+            for field in ("num_samples", "bytes_sent", "raw_update_bytes", "train_loss"):
+                assert mine["tenants"][tenant][field] == values[field], (tenant, field)
+    assert got["final_eval"] == expected["final_eval"]
+    assert got["artifacts"].keys() == expected["artifacts"].keys()
+    for artifact in got["artifacts"].values():
+        assert Path(artifact["local_path"]).is_dir() and artifact["uri"].startswith("file://")
+
+    # Stored state is never silently reused: the local engine's rule holds here too.
+    with pytest.raises(ConfigError, match="already has stored state"):
+        run_kfp_local(kfp_job, QUIET)
+
+
+FEDBIOT = {
+    "rounds": 2,
+    "model": {
+        "source": "tiny",
+        "hidden_size": 32,
+        "num_layers": 4,
+        "num_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    },
+    "algorithm": {
+        "name": "fedbiot",
+        "adapter_size": 1,
+        "dropout": 0.5,
+        "pre_distill_steps": 2,
+        "align_steps": 1,
+        "align_batch_size": 4,
+        "delta_dtype": "bfloat16",
+    },
+    "public_data_uri": str(DATA / "public.jsonl"),
+}
+
+
+@pytest.mark.slow
+def test_kfp_local_fedbiot_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
+    """A research algorithm: emulator deltas, per-tenant views and a provider-only export."""
+    local_job = two_tenant_job(tmp_path / "local", **FEDBIOT)
+    kfp_job = two_tenant_job(tmp_path / "kfp", **FEDBIOT)
+
+    expected = run_job(local_job, NullTracker(), QUIET)
+    got = run_kfp_local(kfp_job, QUIET)
+
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert {k.split("/")[0] for k in a} >= {"adapter", "emulator"}
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert got.keys() == expected.keys()  # run_info (the layer split) included
+    assert got["emulator_layers"] == expected["emulator_layers"]
+    assert got["final_eval"] == expected["final_eval"]
+    for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
+        assert record["server_metrics"] == reference["server_metrics"]
+    for name, artifact in expected["artifacts"].items():
+        mine = got["artifacts"][name]
+        # A provider-only model (AdapFu) never reaches the exchange store in either engine.
+        assert mine["uri"].startswith("file://")
+        assert ("/exchange/" in mine["uri"]) == ("/exchange/" in artifact["uri"]), name

@@ -1,0 +1,209 @@
+"""The launcher's wait loop against a scripted API: success, failure, timeout, re-attach, RBAC."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedtune.config import parse_job
+from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.engines.launcher import JobApi, KubernetesJobApi, launch, wait_for_job
+from fedtune.engines.launcher_manifest import LauncherSettings, TenantDeployment, build_job_manifest
+from fedtune.engines.launcher_rbac import LAUNCHER_RULES
+from tests.kfp.conftest import cluster_job_dict
+from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod
+
+SETTINGS = LauncherSettings(active_deadline_s=60, grace_s=30, poll_s=10, log_tail_lines=5)
+NS = "fedtune-tenant-a"
+
+
+def the_manifest() -> dict[str, Any]:
+    job = parse_job(cluster_job_dict())
+    deployment = TenantDeployment(NS, "tenant-a-bucket")
+    return build_job_manifest(
+        job,
+        "tenant-a",
+        "client",
+        1,
+        deployment,
+        {"get": {}, "put": {}},
+        run_key="run-1",
+        settings=SETTINGS,
+    )
+
+
+def run_success() -> FakeJobApi:
+    api = FakeJobApi(
+        [
+            State(job_status(active=1)),  # the Job controller has not made a pod yet
+            State(job_status(active=1), [pod("p1", phase="Pending")]),
+            State(job_status(active=1), [pod("p1")]),
+            State(job_status("Complete", succeeded=1), [pod("p1", phase="Succeeded", exit_code=0)]),
+        ]
+    )
+    outcome = launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    assert not outcome.reattached and outcome.namespace == NS
+    assert outcome.seconds == pytest.approx(30.0)  # three 10 s waits of the fake clock
+    return api
+
+
+def run_failure() -> tuple[FakeJobApi, FedtuneError]:
+    api = FakeJobApi(
+        [
+            State(job_status(active=1), [pod("p1")]),
+            State(
+                job_status(
+                    "Failed", "BackoffLimitExceeded", "Job has reached the backoff limit", failed=2
+                ),
+                [
+                    pod("p0", created="2026-01-01T00:00:00Z", exit_code=3),
+                    pod("p1", created="2026-01-01T00:05:00Z", phase="Failed", exit_code=3),
+                ],
+            ),
+        ],
+        logs={
+            "p1": "loading data\nerror: tenant-a.jsonl line 7: missing 'instruction'\nfix: add it"
+        },
+    )
+    with pytest.raises(FedtuneError) as info:
+        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    return api, info.value
+
+
+def run_timeout() -> tuple[FakeJobApi, FedtuneError]:
+    stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes have nvidia.com/gpu")
+    api = FakeJobApi([State(job_status(active=1), [stuck])])
+    with pytest.raises(FedtuneError) as info:
+        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    return api, info.value
+
+
+def run_reattach() -> FakeJobApi:
+    existing = copy.deepcopy(the_manifest())
+    api = FakeJobApi(
+        [State(job_status(active=1), [pod("p1")]), State(job_status("Complete", succeeded=1))],
+        existing=existing,
+    )
+    outcome = launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    assert outcome.reattached
+    return api
+
+
+def test_success_waits_on_the_job_then_on_its_pods() -> None:
+    api = run_success()
+    assert api.calls.count("create_job") == 1
+    assert api.calls.count("watch_job") == 1  # before any pod existed
+    assert api.calls.count("watch_pods") == 2  # while the pod was pending / running
+    assert api.deleted == []
+
+
+def test_failure_reports_exit_code_error_class_and_the_newest_pods_log_tail() -> None:
+    api, error = run_failure()
+    text = str(error)
+    assert "BackoffLimitExceeded" in text
+    assert "pod p1 exited with code 3 (DataError)" in text
+    assert "missing 'instruction'" in text and "fix: add it" in text
+    assert api.log_requests == [("p1", 5)]
+    assert "re-run" in error.fix
+
+
+def test_timeout_deletes_the_job_and_says_why_it_did_not_run() -> None:
+    started = time.perf_counter()
+    api, error = run_timeout()
+    assert time.perf_counter() - started < 1.0  # fake clock: no real waiting
+    assert "did not finish within 90 s" in str(error)
+    assert "Unschedulable: 0/3 nodes have nvidia.com/gpu" in str(error)
+    assert len(api.deleted) == 1
+    assert "node selector" in error.fix
+
+
+def test_a_pod_that_cannot_start_fails_fast_and_names_the_missing_secret() -> None:
+    waiting = {
+        "reason": "CreateContainerConfigError",
+        "message": 'secret "tenant-a-bucket" not found',
+    }
+    api = FakeJobApi([State(job_status(active=1), [pod("p1", phase="Pending", waiting=waiting)])])
+    with pytest.raises(FedtuneError, match='secret "tenant-a-bucket" not found') as info:
+        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    assert api.deleted and api.calls.count("watch_pods") == 0
+    assert "bucket Secret" in info.value.fix
+
+
+def test_retry_reattaches_to_the_existing_job_instead_of_starting_another() -> None:
+    api = run_reattach()
+    assert api.created == []  # nothing new was created
+    assert api.calls[:2] == ["create_job", "read_job"]
+
+
+def test_reattach_refuses_a_job_of_another_step() -> None:
+    other = copy.deepcopy(the_manifest())
+    other["metadata"]["labels"]["fedtune.io/step-id"] = "0000000000"
+    api = FakeJobApi([State(job_status(active=1))], existing=other)
+    with pytest.raises(ConfigError, match="belongs to another step"):
+        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+
+
+def test_a_job_that_vanishes_is_reported() -> None:
+    api = FakeJobApi([State(job_status(active=1))])
+    api._body = the_manifest()
+    api.deleted.append(api._body["metadata"]["name"])
+    with pytest.raises(FedtuneError, match="disappeared"):
+        wait_for_job(api, NS, api._body["metadata"]["name"], settings=SETTINGS, clock=FakeClock())
+
+
+# -- RBAC ----------------------------------------------------------------------------------------
+def _expand(rules: list[dict[str, list[str]]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_permissions_the_launcher_uses_are_exactly_launcher_rules() -> None:
+    protocol = {
+        n for n, _ in inspect.getmembers(JobApi, inspect.isfunction) if not n.startswith("_")
+    }
+    assert protocol == set(KubernetesJobApi.PERMISSIONS)
+    used: set[str] = set()
+    for scenario in (run_success, run_failure, run_timeout, run_reattach):
+        result = scenario()
+        api = result[0] if isinstance(result, tuple) else result
+        used |= set(api.calls)
+    assert used == set(KubernetesJobApi.PERMISSIONS), "a permission is granted but never used"
+    needed = set(KubernetesJobApi.PERMISSIONS.values())
+    # The log subresource serves only GET; the shared rule's list/watch on it grant nothing.
+    granted = _expand(LAUNCHER_RULES) - {("", "pods/log", "list"), ("", "pods/log", "watch")}
+    assert needed == granted
+    assert not any(resource == "secrets" for _, resource, _ in _expand(LAUNCHER_RULES))
+
+
+# -- the Kubernetes client boundary --------------------------------------------------------------
+def test_only_the_launcher_imports_the_kubernetes_client() -> None:
+    import fedtune
+
+    src = Path(fedtune.__file__).parent
+    importers = sorted(
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if re.search(r"^\s*(import kubernetes|from kubernetes\b)", p.read_text(), re.MULTILINE)
+    )
+    assert importers == ["engines/launcher.py"]
+
+
+def test_outside_a_pod_the_real_api_says_it_has_no_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    with pytest.raises(ConfigError, match="no in-cluster Kubernetes credentials") as info:
+        KubernetesJobApi()
+    assert "ServiceAccount" in info.value.fix

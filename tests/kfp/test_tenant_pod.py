@@ -1,0 +1,214 @@
+"""The launcher end to end, minus Kubernetes: a real S3 endpoint (moto), pre-signed URLs, and a
+fake cluster that runs the created Job's container command in this process with the Job's
+environment and without the provider's credentials.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedtune.config import JobConfig
+from fedtune.core.errors import ConfigError, IntegrityError, StoreError
+from fedtune.core.messages import Update
+from fedtune.engines import layout, steps
+from fedtune.engines.launcher import run_tenant_step
+from fedtune.entrypoints import tenant_io
+from tests.helpers.moto import admin_client, create_bucket, start_moto_server, use_fake_aws_env
+from tests.kfp.conftest import two_tenant_job
+from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod
+
+PROVIDER_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "FEDTUNE_S3_ENDPOINT_URL")
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server = start_moto_server()
+    try:
+        yield server.endpoint_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> JobConfig:
+    """The two-tenant job with its exchange store in a fresh bucket; round 1 configured."""
+    use_fake_aws_env(monkeypatch, moto_endpoint)
+    monkeypatch.setattr(tenant_io, "_TIMEOUT_S", 15.0)  # a hang fails in seconds, not minutes
+    bucket = create_bucket(moto_endpoint)
+    job = two_tenant_job(tmp_path / "provider", exchange_uri=f"s3://{bucket}/runs")
+    env = steps.StepEnv.create(job)
+    steps.init_step(env)
+    steps.configure_step(env, 1)
+    return job
+
+
+def tenants_file(tmp_path: Path) -> str:
+    entries = [
+        {"name": t, "namespace": t, "bucketSecretName": f"{t}-bucket"}
+        for t in ("tenant-a", "tenant-b")
+    ]
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": entries}))
+    return str(path)
+
+
+class PodRunner:
+    """Runs a created Job's container like a kubelet would: its command, args and env only."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.exit_codes: list[int] = []
+        self.saw_provider_env: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> list[State]:
+        (container,) = body["spec"]["template"]["spec"]["containers"]
+        assert container["command"][:2] == ["python", "-m"]
+        module = importlib.import_module(container["command"][2])
+        with self.monkeypatch.context() as m:
+            for name in PROVIDER_ENV:
+                m.delenv(name, raising=False)
+            for item in container["env"]:
+                m.setenv(item["name"], item["value"])
+            self.saw_provider_env = [n for n in PROVIDER_ENV if n in os.environ]
+            with pytest.raises(SystemExit) as done:
+                module.main(container["args"])
+            code = int(done.value.code or 0)
+        self.exit_codes.append(code)
+        if code == 0:
+            return [State(job_status("Complete", succeeded=1))]
+        failed = pod("pod-1", phase="Failed", exit_code=code)
+        return [State(job_status("Failed", "BackoffLimitExceeded", failed=1), [failed])]
+
+
+def launched(runner: PodRunner) -> FakeJobApi:
+    return FakeJobApi([], on_create=runner)
+
+
+def reference_update(tmp_path: Path) -> dict[str, torch.Tensor]:
+    """The same step, in-process on a local exchange: what the tenant pod must deliver."""
+    job = two_tenant_job(tmp_path / "reference")
+    env = steps.StepEnv.create(job)
+    steps.init_step(env)
+    steps.configure_step(env, 1)
+    steps.client_step(env, 1, "tenant-a")
+    return Update.load(env.stores.exchange(), layout.update_key(1, "tenant-a")).tensors
+
+
+def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
+    s3_job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = PodRunner(monkeypatch)
+    api = launched(runner)
+    result = run_tenant_step(
+        s3_job,
+        "client",
+        1,
+        "tenant-a",
+        run_key="run-1",
+        api=api,
+        tenants_file=tenants_file(tmp_path),
+        force_cluster=True,
+        clock=FakeClock(),
+    )
+    assert runner.exit_codes == [0] and runner.saw_provider_env == []
+    assert result["meta"]["num_samples"] > 0 and result["k8s_job"].startswith("tenant-a/kfp-c1-")
+    store = layout.JobStores(s3_job).exchange()
+    delivered = Update.load(store, layout.update_key(1, "tenant-a")).tensors
+    expected = reference_update(tmp_path)
+    assert delivered.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(delivered[key], expected[key]), key
+    # A retried task finds the update stored and launches nothing.
+    again = run_tenant_step(
+        s3_job,
+        "client",
+        1,
+        "tenant-a",
+        api=launched(runner),
+        tenants_file=tenants_file(tmp_path),
+        force_cluster=True,
+    )
+    assert again["skipped"] and runner.exit_codes == [0]
+
+
+def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
+    s3_job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = steps.StepEnv.create(s3_job)
+    for tenant in ("tenant-a", "tenant-b"):
+        steps.client_step(env, 1, tenant)
+    steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
+    runner = PodRunner(monkeypatch)
+    result = run_tenant_step(
+        s3_job,
+        "evaluate",
+        1,
+        "tenant-b",
+        api=launched(runner),
+        tenants_file=tenants_file(tmp_path),
+        force_cluster=True,
+        clock=FakeClock(),
+    )
+    assert runner.exit_codes == [0]
+    assert result["metrics"] == steps.evaluate_step(env, "tenant-b")
+
+
+def test_tampered_broadcast_is_refused_by_the_tenant(s3_job: JobConfig, moto_endpoint: str) -> None:
+    store = layout.JobStores(s3_job).exchange()
+    gets, puts = tenant_io.step_objects("client", s3_job, 1, "tenant-a")
+    urls = tenant_io.presign(store, gets, puts, 600)
+    bucket, prefix = store.uri.removeprefix("s3://").split("/", 1)
+    key = f"{prefix}/{layout.broadcast_key(1)}.safetensors"
+    admin_client(moto_endpoint).put_object(Bucket=bucket, Key=key, Body=b"not the broadcast")
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        tenant_io.run_presigned(s3_job, "client", 1, "tenant-a", urls)
+    assert not Update.stored(store, layout.update_key(1, "tenant-a"))
+
+
+def test_urls_for_other_objects_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    job = two_tenant_job(tmp_path)
+    wrong = {"get": {"state/round-000001.json": "u"}, "put": {}}
+    monkeypatch.setenv(tenant_io.PRESIGNED_ENV, json.dumps(wrong))
+    with pytest.raises(ConfigError, match="this step reads"):
+        tenant_io.read_urls(tenant_io.step_objects("client", job, 1, "tenant-a"))
+    monkeypatch.setenv(tenant_io.PRESIGNED_ENV, "not json")
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        tenant_io.read_urls(tenant_io.step_objects("client", job, 1, "tenant-a"))
+
+
+def test_a_local_exchange_store_cannot_be_handed_to_a_tenant_pod(tmp_path: Path) -> None:
+    job = two_tenant_job(tmp_path / "w")
+    env = steps.StepEnv.create(job)
+    steps.init_step(env)
+    steps.configure_step(env, 1)
+    with pytest.raises(StoreError, match="cannot issue pre-signed URLs"):
+        run_tenant_step(
+            job,
+            "client",
+            1,
+            "tenant-a",
+            api=FakeJobApi([]),
+            tenants_file=tenants_file(tmp_path),
+            force_cluster=True,
+        )
+
+
+def test_a_broadcast_the_provider_has_not_written_is_a_clear_store_error(
+    s3_job: JobConfig,
+) -> None:
+    store = layout.JobStores(s3_job).exchange()
+    urls = tenant_io.presign(store, *tenant_io.step_objects("client", s3_job, 2, "tenant-a"), 600)
+    with pytest.raises(StoreError, match=r"GET of exchange object 'broadcast/round-000002") as info:
+        tenant_io.run_presigned(s3_job, "client", 2, "tenant-a", urls)
+    assert "HTTP 404" in str(info.value) and "has not written" in info.value.fix
+    assert "X-Amz-Signature" not in str(info.value)  # the capability is never echoed
