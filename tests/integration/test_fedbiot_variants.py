@@ -52,6 +52,7 @@ def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
     summary = run_job(job, NullTracker(), QUIET)
     exchange = layout.JobStores(job).exchange()
     last_seen: dict[str, int] = {}
+    checked: set[str] = set()
     for record in summary["rounds"]:
         r = record["round"]
         broadcast = Broadcast.load(exchange, layout.broadcast_key(r))
@@ -63,10 +64,14 @@ def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
             expected = "delta" if last_seen.get(tenant) == r - 1 else "full"
             assert update["package_received"] == expected, (r, tenant)
             own = layout.JobStores(job).tenant(next(t for t in job.tenants if t.name == tenant))
-            package = ClientState.load(own, layout.client_state_key(r)).group("package")
-            for name, tensor in view.items():
-                assert torch.equal(package[name], tensor), (r, tenant, name)
+            # The engine prunes kept states a re-run can no longer need; the newest remain.
+            if ClientState.stored(own, layout.client_state_key(r)):
+                package = ClientState.load(own, layout.client_state_key(r)).group("package")
+                for name, tensor in view.items():
+                    assert torch.equal(package[name], tensor), (r, tenant, name)
+                checked.add(tenant)
             last_seen[tenant] = r
+    assert checked == set(last_seen)  # every tenant's newest kept copy was compared
     assert any(t["metrics"]["bytes_down"] < 0.5 * summary["rounds"][0]["tenants"][s]["metrics"]["bytes_down"]
                for rec in summary["rounds"][1:] for s, t in rec["tenants"].items()
                if s in summary["rounds"][0]["tenants"])
