@@ -1,60 +1,37 @@
-"""``fedtune bench``: measured ratios, printed side by side from one run (never timed tests)."""
+"""``fedtune bench``: measured ratios, printed side by side from one run (never timed tests).
+
+Kinds: ``engine`` (overhead of one job), ``pretrain`` (task suite and base models),
+``quality`` (algorithms against their papers' baselines), ``system`` (client step versus a
+bare loop, engine overhead, bytes, server memory). Adding a kind is one ``_add_*`` function
+and one entry in :data:`BENCH_KINDS`; the library code lives in :mod:`fedtune.benchmarks`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+from fedtune.benchmarks.engine import engine_report
 from fedtune.config import load_job
+from fedtune.core.errors import ConfigError
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
+
+__all__ = ["BENCH_KINDS", "engine_report", "register_bench"]
 
 out = Console(highlight=False)
 
 
-def engine_report(summary: dict[str, Any]) -> dict[str, Any]:
-    """Overhead and byte ratios of every round of a run summary.
-
-    ``overhead`` = round wall time / (local training + aggregation compute);
-    ``overhead_with_eval`` also counts the tenants' held-out evaluation as compute.
-    ``bytes_ratio`` = bytes a tenant's update occupies in the store / its raw tensor bytes.
-    """
-    rows = []
-    for record in summary["rounds"]:
-        tenants = record["tenants"].values()
-        train = sum(t["train_seconds"] or 0.0 for t in tenants)
-        evals = sum(t.get("eval_seconds") or 0.0 for t in tenants)
-        aggregate = record["wall_time"]["aggregate_compute"]
-        wall = record["wall_time"]["total"]
-        ratios = [t["bytes_received"] / t["raw_update_bytes"] for t in tenants if t["raw_update_bytes"]]
-        rows.append(
-            {
-                "round": record["round"],
-                "wall_seconds": wall,
-                "compute_seconds": train + aggregate,
-                "overhead": wall / (train + aggregate),
-                "overhead_with_eval": wall / (train + evals + aggregate),
-                "bytes_per_tenant": statistics.mean(t["bytes_received"] for t in tenants),
-                "raw_bytes_per_tenant": statistics.mean(t["raw_update_bytes"] for t in tenants),
-                "bytes_ratio": max(ratios),
-            }
-        )
-    steady = rows[1:] or rows  # round 1 also pays for building the model and tokenizer
-    return {
-        "rounds": rows,
-        "steady_overhead": statistics.mean(r["overhead"] for r in steady),
-        "steady_overhead_with_eval": statistics.mean(r["overhead_with_eval"] for r in steady),
-        "bytes_ratio": max(r["bytes_ratio"] for r in rows),
-    }
-
-
+# -- engine -----------------------------------------------------------------------------------
 def _bench_engine(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     with tempfile.TemporaryDirectory() as workdir:
@@ -92,10 +69,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_bench(sub: Any) -> None:
-    """Add ``fedtune bench`` to the CLI."""
-    p = sub.add_parser("bench", help="benchmarks that print measured ratios")
-    kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+def _add_engine(kinds: Any) -> None:
     engine = kinds.add_parser(
         "engine",
         help="engine overhead and bytes per round versus raw tensor bytes",
@@ -108,3 +82,291 @@ def register_bench(sub: Any) -> None:
     engine.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     engine.add_argument("--no-progress", action="store_true", help="no progress bars")
     engine.set_defaults(handler=_bench_engine)
+
+
+# -- shared options -----------------------------------------------------------------------------
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(n) for n in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def _params(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``--param ALGORITHM.FIELD=VALUE`` options (values read as YAML scalars)."""
+    params: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        target, sep, value = item.partition("=")
+        algorithm, dot, key = target.partition(".")
+        if not (sep and dot and algorithm and key):
+            raise ConfigError(
+                f"--param {item!r} is not ALGORITHM.FIELD=VALUE",
+                fix="Write e.g. --param fedprox.mu=0.1 (one --param per field).",
+            )
+        params.setdefault(algorithm, {})[key] = yaml.safe_load(value)
+    return params
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, metavar="DIR", help="benchmark workspace folder")
+    parser.add_argument(
+        "--preset", default="default", help="settings preset: default (documented) or ci (seconds)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (default: torch's choice); 1 avoids OpenMP oversubscription "
+        "on a machine shared with other jobs",
+    )
+
+
+def _workspace(args: argparse.Namespace) -> Any:
+    from transformers.utils import logging as hf_logging
+
+    from fedtune.benchmarks.workspace import Workspace
+
+    # A benchmark loads and saves dozens of tiny models; their progress bars drown the report.
+    hf_logging.disable_progress_bar()
+
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise ConfigError(f"--threads {args.threads} must be >= 1", fix="Use e.g. --threads 1.")
+        torch.set_num_threads(args.threads)
+    return Workspace(Path(args.out))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# -- pretrain -----------------------------------------------------------------------------------
+def _bench_pretrain(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.pretrain import pretrain
+    from fedtune.benchmarks.suite import build_suite, write_suite
+
+    preset = get_preset(args.preset)
+    workspace = _workspace(args)
+    suite_spec = (
+        preset.suite if args.seed is None else dataclasses.replace(preset.suite, seed=args.seed)
+    )
+    suite = build_suite(suite_spec)
+    write_suite(suite, workspace.suite_dir)
+    out.print(
+        f"task suite: {workspace.suite_dir} ({len(suite.tenants)} tenants, "
+        f"{len(suite.public)} public, {len(suite.pretrain)} pretraining, {len(suite.test)} test "
+        "records)"
+    )
+    names = _names(args.models) if args.models else tuple(preset.models)
+    unknown = [n for n in names if n not in preset.models]
+    if unknown:
+        raise ConfigError(
+            f"unknown base model(s) {unknown} in preset {args.preset!r}",
+            fix=f"Use some of: {', '.join(preset.models)}.",
+        )
+    for name in names:
+        spec = preset.models[name]
+        changes: dict[str, Any] = {}
+        if args.steps is not None:
+            changes["steps"] = args.steps
+        if args.seed is not None:
+            changes["seed"] = args.seed
+        spec = dataclasses.replace(spec, **changes)
+        out.print(f"pretraining {name}: {spec.steps} steps ...")
+        report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
+        test = report["test"]
+        per_category = ", ".join(
+            f"{c} {test[f'em/{c}']:.2f}" for c in suite.spec.tenant_mixture if f"em/{c}" in test
+        )
+        out.print(
+            f"{name}: {report['parameters']:,} parameters, {spec.steps} steps in "
+            f"{report['seconds']:.0f} s, final loss {report['final_loss']:.3f}, test EM "
+            f"{test['em']:.3f} ({per_category})"
+        )
+    out.print(
+        f"models: {workspace.root / 'models'} (use as model: {{source: pretrained, uri: DIR}})"
+    )
+    return 0
+
+
+def _add_pretrain(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "pretrain",
+        help="build the task suite and pretrain the tiny large/small base models",
+        description="Write the synthetic task suite (non-IID tenants, a public set with "
+        "another category mixture, a held-out test set) to DIR/suite and pretrain the base "
+        "models from scratch on the public set into DIR/models/NAME (Hugging Face "
+        "directories). Deterministic given the seed.",
+    )
+    _common(p)
+    p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
+    p.add_argument("--steps", type=int, help="override the pretraining steps of every model")
+    p.add_argument("--seed", type=int, help="seed of the suite and the models (default 0)")
+    p.set_defaults(handler=_bench_pretrain)
+
+
+# -- quality ------------------------------------------------------------------------------------
+def _bench_quality(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.quality import run_quality
+    from fedtune.benchmarks.report import plot_rounds, quality_markdown
+
+    spec = get_preset(args.preset).quality
+    changes: dict[str, Any] = {}
+    for option in (
+        "algorithms",
+        "baselines",
+        "seeds",
+        "rounds",
+        "local_steps",
+        "model",
+        "eval_every",
+        "lr",
+        "optimizer",
+    ):
+        value = getattr(args, option)
+        if value is not None:
+            changes[option] = value
+    if args.lora_targets is not None:
+        changes["lora_targets"] = None if args.lora_targets == ("default",) else args.lora_targets
+    params = _params(args.param)
+    if params:
+        changes["algorithm_params"] = params
+    spec = dataclasses.replace(spec, **changes)
+    workspace = _workspace(args)
+    results = run_quality(workspace, spec, log=out.print)
+    out_dir = workspace.quality_dir
+    _write_json(out_dir / "results.json", results)
+    markdown = quality_markdown(results)
+    (out_dir / "results.md").write_text(markdown, encoding="utf-8")
+    plots = plot_rounds(results, out_dir / "plots")
+    out.print(markdown)
+    out.print(
+        f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}; plots: {', '.join(p.name for p in plots)}"
+    )
+    return 0
+
+
+def _add_quality(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "quality",
+        help="algorithms against their papers' baselines on the task suite, several seeds",
+        description="Run each algorithm and baseline (zero-shot, standalone, centralized) on "
+        "the workspace's suite from its pretrained base model, once per seed; write "
+        "DIR/quality/results.json, results.md (mean and spread) and plots/*.png (per round).",
+    )
+    _common(p)
+    p.add_argument("--algorithms", type=_names, help="comma-separated registered algorithms")
+    p.add_argument(
+        "--baselines",
+        type=_names,
+        help="comma-separated: zero-shot,standalone,centralized (empty: none)",
+    )
+    p.add_argument("--seeds", type=_ints, help="comma-separated seeds, e.g. 0,1,2")
+    p.add_argument("--rounds", type=int, help="federated rounds")
+    p.add_argument("--local-steps", type=int, help="client optimizer steps per round")
+    p.add_argument("--lr", type=float, help="client learning rate")
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], help="client optimizer")
+    p.add_argument("--model", help="base model of the workspace (large or small)")
+    p.add_argument("--eval-every", type=int, help="score the global model every N rounds")
+    p.add_argument(
+        "--lora-targets",
+        type=_names,
+        help="comma-separated LoRA target modules, or 'default' for the architecture's "
+        "(default: every linear layer of a Llama)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="ALGO.FIELD=VALUE",
+        help="algorithm setting, e.g. fedprox.mu=0.1 (repeatable)",
+    )
+    p.set_defaults(handler=_bench_quality)
+
+
+# -- system -------------------------------------------------------------------------------------
+def _bench_system(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.report import system_markdown
+    from fedtune.benchmarks.system import run_system
+
+    spec = get_preset(args.preset).system
+    changes: dict[str, Any] = {}
+    for option in ("algorithms", "reps", "steps", "model", "batch_size"):
+        value = getattr(args, option)
+        if value is not None:
+            changes[option] = value
+    if args.no_deepspeed:
+        changes["deepspeed"] = False
+    params = _params(args.param)
+    if params:
+        changes["algorithm_params"] = params
+    spec = dataclasses.replace(spec, **changes)
+    parts = _names(args.parts)
+    unknown = sorted(set(parts) - {"client", "engine", "bytes", "memory"})
+    if unknown:
+        raise ConfigError(
+            f"unknown system benchmark part(s) {unknown}",
+            fix="Use some of: client, engine, bytes, memory.",
+        )
+    workspace = _workspace(args)
+    results = run_system(workspace, spec, log=out.print, parts=parts)
+    out_dir = workspace.system_dir
+    _write_json(out_dir / "results.json", results)
+    markdown = system_markdown(results)
+    (out_dir / "results.md").write_text(markdown, encoding="utf-8")
+    out.print(markdown)
+    out.print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
+    return 0
+
+
+def _add_system(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "system",
+        help="client step vs bare PyTorch+PEFT, engine overhead, bytes, server memory",
+        description="Measure, side by side in one run, the engine's client step against a "
+        "bare PyTorch + PEFT loop (interleaved repetitions, medians), the engine's overhead, "
+        "bytes per round per algorithm against raw tensor bytes, and the server step's peak "
+        "memory with and without DeepSpeed ZeRO-3; write DIR/system/results.json and results.md.",
+    )
+    _common(p)
+    p.add_argument("--algorithms", type=_names, help="algorithms of the bytes table")
+    p.add_argument("--reps", type=int, help="interleaved repetitions of the client-step pair")
+    p.add_argument("--steps", type=int, help="training steps per client step")
+    p.add_argument("--batch-size", type=int, help="examples per step")
+    p.add_argument("--model", help="base model of the workspace (large or small)")
+    p.add_argument("--parts", default="client,engine,bytes,memory", help="what to measure")
+    p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="ALGO.FIELD=VALUE",
+        help="algorithm setting (repeatable)",
+    )
+    p.set_defaults(handler=_bench_system)
+
+
+BENCH_KINDS: tuple[Callable[[Any], None], ...] = (
+    _add_engine,
+    _add_pretrain,
+    _add_quality,
+    _add_system,
+)
+
+
+def register_bench(sub: Any) -> None:
+    """Add ``fedtune bench`` and every kind of :data:`BENCH_KINDS` to the CLI."""
+    p = sub.add_parser("bench", help="benchmarks that print measured ratios")
+    kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for add_kind in BENCH_KINDS:
+        add_kind(kinds)

@@ -1,0 +1,121 @@
+"""Named benchmark settings: ``default`` (the documented numbers) and ``ci`` (seconds).
+
+Command-line options override single fields of a preset; everything else follows it, so a
+workspace pretrained with one preset is benchmarked with the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from fedtune.benchmarks.pretrain import ModelShape, PretrainSpec
+from fedtune.benchmarks.quality import QualitySpec
+from fedtune.benchmarks.server_memory import ServerMemorySpec
+from fedtune.benchmarks.suite import SuiteSpec
+from fedtune.benchmarks.system import SystemSpec
+from fedtune.core.errors import ConfigError
+
+__all__ = ["PRESETS", "Preset", "get_preset"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Suite, base models, and the two benchmarks' settings."""
+
+    suite: SuiteSpec
+    models: dict[str, PretrainSpec]
+    quality: QualitySpec
+    system: SystemSpec = field(default_factory=SystemSpec)
+
+
+_DEFAULT = Preset(
+    suite=SuiteSpec(),
+    models={
+        # Four layers learn arithmetic in 1,500 steps (EM 0.67); six layers did not (0.10).
+        # FedOT and Offsite-tuning need at least five (first two + last two are the
+        # adapter): pretrain a deeper model for them (docs/benchmarks.md).
+        "large": PretrainSpec(
+            shape=ModelShape(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256),
+            steps=1500,
+        ),
+        "small": PretrainSpec(
+            shape=ModelShape(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128),
+            steps=1500,
+        ),
+    },
+    quality=QualitySpec(),
+    system=SystemSpec(),
+)
+
+# Everything tiny: the CI tests run both benchmarks end to end in well under a minute.
+_CI_SHAPE = ModelShape(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+_CI = Preset(
+    # Pathological shards are equal in size, so SCAFFOLD's first round must equal FedAvg's
+    # (the CI test checks it).
+    suite=SuiteSpec(
+        tenants=3,
+        private_records=150,
+        partition="pathological",
+        public_records=60,
+        pretrain_records=60,
+        test_per_category=3,
+    ),
+    models={
+        "large": PretrainSpec(shape=_CI_SHAPE, steps=6, batch_size=8, warmup_steps=2),
+        "small": PretrainSpec(
+            shape=ModelShape(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
+            steps=4,
+            batch_size=8,
+            warmup_steps=1,
+        ),
+    },
+    quality=QualitySpec(
+        algorithms=("fedavg", "scaffold"),
+        seeds=(0,),
+        rounds=2,
+        local_steps=2,
+        batch_size=4,
+        lora_r=4,
+        lora_alpha=8.0,
+        max_seq_len=128,
+        eval_every=1,
+    ),
+    system=SystemSpec(
+        batch_size=4,
+        steps=2,
+        reps=2,
+        lora_r=4,
+        lora_alpha=8.0,
+        max_seq_len=128,
+        engine_rounds=2,
+        engine_local_steps=1,
+        algorithms=("fedavg", "scaffold"),
+        deepspeed=False,
+        server=ServerMemorySpec(
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            intermediate_size=64,
+            batch_size=2,
+            seq_len=16,
+            steps=2,
+            zero3_ranks=(1,),
+        ),
+    ),
+)
+
+PRESETS: Final[dict[str, Preset]] = {"default": _DEFAULT, "ci": _CI}
+
+
+def get_preset(name: str) -> Preset:
+    """The named preset.
+
+    Raises:
+        ConfigError: On an unknown name.
+    """
+    if name not in PRESETS:
+        raise ConfigError(
+            f"unknown benchmark preset {name!r}", fix=f"Use one of: {', '.join(PRESETS)}."
+        )
+    return PRESETS[name]

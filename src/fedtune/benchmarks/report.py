@@ -1,0 +1,237 @@
+"""Markdown tables and PNG plots of benchmark results (matplotlib, Agg canvas, no display).
+
+Figures are drawn on :class:`matplotlib.figure.Figure` with an Agg canvas rather than through
+``pyplot``: no global state, no GUI backend, safe in a server process or a test run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "system_markdown"]
+
+PLOT_METRICS: Final[dict[str, str]] = {
+    "em": "exact match, balanced test set",
+    "local_em": "exact match, each tenant's own task mix",
+    "test_loss": "held-out loss (response tokens)",
+    "train_loss": "clients' training loss",
+}
+_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+
+
+def _pm(stats: Mapping[str, float], digits: int = 3) -> str:
+    if stats["n"] < 2:
+        return f"{stats['mean']:.{digits}f}"
+    return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f}"
+
+
+def quality_markdown(results: Mapping[str, Any]) -> str:
+    """The quality table (final round, mean ± std over seeds) and the paper claims."""
+    spec = results["spec"]
+    categories: list[str] = results["categories"]
+    lines = [
+        (
+            f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
+            f"(n = runs); exact match (EM) is greedy, per category, on "
+            f"{results['suite']['test']['records']} held-out records."
+        ),
+        "",
+        "| method | n | EM | local EM | best-round EM | "
+        + " | ".join(f"EM {c}" for c in categories)
+        + " | test loss | s/run |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(categories) + "---:|---:|",
+    ]
+    for row in results["table"]:
+        metrics = row["metrics"]
+        cells = [
+            row["method"],
+            str(int(metrics["em"]["n"])),
+            _pm(metrics["em"]),
+            _pm(metrics["local_em"]),
+            _pm(row["best_em"]),
+            *(f"{metrics[f'em/{c}']['mean']:.2f}" for c in categories),
+            _pm(metrics["test_loss"]),
+            f"{row['seconds']:.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if results.get("claims"):
+        lines += [
+            "",
+            "| paper ordering | source | EM difference | 2 s.e. | verdict |",
+            "|---|---|---:|---:|---|",
+        ]
+        for claim in results["claims"]:
+            lines.append(
+                f"| {claim['claim']} | {claim['source']} | {claim['difference']:+.3f} | "
+                f"{2 * claim['se']:.3f} | {claim['verdict']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _series(
+    runs: Sequence[Mapping[str, Any]], metric: str
+) -> dict[str, tuple[list[float], list[list[float]]]]:
+    """Per method: the rounds, and per round the metric of every run that has it."""
+    out: dict[str, tuple[list[float], list[list[float]]]] = {}
+    for run in runs:
+        rows = [r for r in run["rounds"] if r.get(metric) is not None]
+        if not rows:
+            continue
+        rounds, values = out.setdefault(run["method"], ([], []))
+        for row in rows:
+            if row["round"] not in rounds:
+                rounds.append(row["round"])
+                values.append([])
+            values[rounds.index(row["round"])].append(float(row[metric]))
+    return out
+
+
+def plot_rounds(results: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
+    """One PNG per metric of :data:`PLOT_METRICS`: mean per round, band = min..max of seeds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for metric, title in PLOT_METRICS.items():
+        series = _series(results["runs"], metric)
+        if not series:
+            continue
+        figure = Figure(figsize=(7, 4.2), dpi=110)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        for method, (rounds, values) in series.items():
+            order = sorted(range(len(rounds)), key=rounds.__getitem__)
+            xs = [rounds[i] for i in order]
+            means = [statistics.fmean(values[i]) for i in order]
+            style = "--" if method in ("zero-shot", "standalone", "centralized") else "-"
+            (line,) = axes.plot(xs, means, style, marker="o", markersize=3, label=method)
+            if any(len(values[i]) > 1 for i in order):
+                axes.fill_between(
+                    xs,
+                    [min(values[i]) for i in order],
+                    [max(values[i]) for i in order],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_xlabel("round")
+        axes.set_ylabel(metric)
+        axes.set_title(title)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7, ncol=2)
+        figure.tight_layout()
+        path = out / f"{metric}.png"
+        figure.savefig(path, format="png")
+        written.append(path)
+    return written
+
+
+def is_png(path: str | Path) -> bool:
+    """True when ``path`` is a PNG that Pillow can fully decode."""
+    from PIL import Image
+
+    file = Path(path)
+    if not file.is_file() or file.read_bytes()[:8] != _PNG_SIGNATURE:
+        return False
+    try:
+        with Image.open(file) as image:
+            image.load()
+    except OSError:
+        return False
+    return True
+
+
+def system_markdown(results: Mapping[str, Any]) -> str:
+    """The system benchmark's tables: client step, engine overhead, bytes, server memory."""
+    device = results["device"]
+    lines = [
+        f"Device: {device['description']} (torch {device['torch']}, {device['threads']} threads).",
+        "",
+    ]
+    client = results.get("client_step")
+    if client:
+        lines += [
+            (
+                f"**Client step vs bare PyTorch + PEFT loop** ({client['model']}, batch "
+                f"{client['batch_size']}, {client['steps']} steps, {client['reps']} interleaved "
+                f"repetitions, medians, on {client.get('device', 'cpu')}):"
+            ),
+            "",
+            "| loop | seconds | tokens/s |",
+            "|---|---:|---:|",
+            (
+                f"| fedtune client step (whole step) | {client['platform_seconds']:.3f} | "
+                f"{client['platform_tokens_per_s']:,.0f} |"
+            ),
+            (
+                f"| fedtune training loop only | {client['platform_train_seconds']:.3f} | "
+                f"{client['platform_train_tokens_per_s']:,.0f} |"
+            ),
+            f"| bare PyTorch + PEFT | {client['bare_seconds']:.3f} | {client['bare_tokens_per_s']:,.0f} |",
+            "",
+            (
+                f"Ratio whole step / bare: **{client['ratio']:.3f}** (aim <= {client['aim']}); "
+                f"training loop / bare: {client['train_ratio']:.3f}; the two trained the same "
+                f"adapter (max abs difference {client['max_abs_diff']:.1e}). {client['verdict']}"
+            ),
+            "",
+        ]
+    engine = results.get("engine")
+    if engine:
+        lines += [
+            (
+                f"**Engine overhead** ({engine['num_rounds']} rounds of {engine['algorithm']}, "
+                f"{engine['tenants']} tenants): steady-state round wall time / (training + "
+                f"aggregation) = **{engine['steady_overhead']:.3f}**."
+            ),
+            "",
+        ]
+    sizes = results.get("bytes")
+    if sizes:
+        lines += [
+            (
+                "**Bytes per round per tenant** (stored = safetensors + JSON metadata; raw = "
+                "tensor bytes of the message; trainable = the LoRA adapter's bytes):"
+            ),
+            "",
+            (
+                "| algorithm | broadcast stored | broadcast raw | update stored | update raw | "
+                "trainable | update stored / raw | update raw / trainable | aim |"
+            ),
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for row in sizes:
+            lines.append(
+                f"| {row['algorithm']} | {row['broadcast_bytes']:,} | {row['broadcast_raw_bytes']:,} | "
+                f"{row['update_bytes']:,} | {row['update_raw_bytes']:,} | {row['trainable_bytes']:,} | "
+                f"{row['update_ratio']:.4f} | {row['update_vs_trainable']:.2f} | "
+                f"{'met' if row['update_ratio'] <= 1.01 else 'missed'} |"
+            )
+        lines.append("")
+    memory = results.get("server_memory")
+    if memory:
+        lines += [
+            f"**Server step peak memory** ({memory['description']}):",
+            "",
+            "| mode | ranks | peak MiB | added by training MiB | s/step |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for row in memory["rows"]:
+            if row.get("error"):
+                lines.append(f"| {row['mode']} | {row['ranks']} | - | - | - ({row['error']}) |")
+                continue
+            lines.append(
+                f"| {row['mode']} | {row['ranks']} | {row['peak_mib']:,.0f} | "
+                f"{row['added_mib']:,.0f} | {row['seconds_per_step']:.2f} |"
+            )
+        lines.append("")
+    for note in results.get("notes", []):
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"

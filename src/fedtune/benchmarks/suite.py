@@ -1,0 +1,279 @@
+"""The benchmark task suite: non-IID tenants, a drifted public set and held-out test sets.
+
+Built from :mod:`fedtune.data.synthetic`, so every answer is exactly checkable:
+
+- a private pool drawn with the ``tenant_mixture`` of categories, split among the tenants
+  non-IID by category (Dirichlet, as FedPT and FewFedPIT do, or McMahan's pathological
+  shards); ``central.jsonl`` is the pool itself, the data of the Centralized baseline;
+- ``public.jsonl``: the provider's data, with another category mixture (the distribution
+  drift FedBiOT is about); the algorithms that use public data (FedBiOT's alignment,
+  FedPT's and FedMKT's distillation) read it;
+- ``pretrain.jsonl``: the corpus the base models are pretrained on: the public set plus
+  ``pretrain_records`` more records of the public mixture, so that tiny models learn the
+  tasks instead of memorising a few hundred records;
+- ``test.jsonl``: ``test_per_category`` records per category that repeat no training,
+  public or pretraining record. A tenant's *local* score weighs the per-category scores by the tenant's own
+  category shares, so no second test set is needed.
+
+Every set comes from its own seed derived from ``SuiteSpec.seed``; the same spec always
+writes byte-identical files. The classify category has only 180 distinct records, so its
+weight stays small in every mixture (the sizes are checked when the suite is built), and the
+pretraining corpus repeats the public set's classify records instead of drawing new ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from fedtune.core.errors import ConfigError, DataError
+from fedtune.data.jsonl import read_jsonl, write_jsonl
+from fedtune.data.partition import partition
+from fedtune.data.synthetic import CATEGORIES, generate, generate_mixture
+
+__all__ = [
+    "MANIFEST",
+    "PUBLIC_MIXTURE",
+    "TENANT_MIXTURE",
+    "Suite",
+    "SuiteSpec",
+    "build_suite",
+    "category_shares",
+    "load_manifest",
+    "read_set",
+    "write_suite",
+]
+
+logger = logging.getLogger(__name__)
+
+Record = dict[str, str]
+
+MANIFEST: Final = "suite.json"
+# Categories with too few distinct records to draw a pretraining corpus from (see above).
+_SCARCE: Final = ("classify",)
+# The tenants together see every category about equally (classify is small: see above).
+TENANT_MIXTURE: Final[dict[str, float]] = {
+    "arithmetic": 0.225,
+    "reverse": 0.225,
+    "lookup": 0.225,
+    "count": 0.225,
+    "classify": 0.1,
+}
+# The provider's data leans on arithmetic and look-up and never asks to count letters: a
+# model pretrained on it knows some of the tenants' tasks and not others, so fine-tuning on
+# the tenants' data has something to teach (and a tenant without counting data cannot learn
+# it alone).
+PUBLIC_MIXTURE: Final[dict[str, float]] = {
+    "arithmetic": 0.45,
+    "lookup": 0.3,
+    "reverse": 0.15,
+    "classify": 0.1,
+    "count": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """What the suite holds; the files are a pure function of these fields."""
+
+    seed: int = 0
+    tenants: int = 4
+    private_records: int = 800  # the pool split among tenants (and the Centralized set)
+    partition: str = "dirichlet"  # or "pathological"
+    alpha: float = 0.5  # Dirichlet concentration (FedPT: 0.5)
+    k: int = 2  # categories per tenant for "pathological"
+    public_records: int = 600
+    pretrain_records: int = 6000  # beyond the public set
+    test_per_category: int = 30
+    tenant_mixture: Mapping[str, float] = field(default_factory=lambda: dict(TENANT_MIXTURE))
+    public_mixture: Mapping[str, float] = field(default_factory=lambda: dict(PUBLIC_MIXTURE))
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form (for the manifest)."""
+        data = asdict(self)
+        data["tenant_mixture"] = dict(self.tenant_mixture)
+        data["public_mixture"] = dict(self.public_mixture)
+        return data
+
+    @property
+    def tenant_names(self) -> list[str]:
+        """DNS-1123 tenant names: tenant-1, tenant-2, ..."""
+        return [f"tenant-{i + 1}" for i in range(self.tenants)]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The records of every set, by set name."""
+
+    spec: SuiteSpec
+    tenants: dict[str, list[Record]]
+    central: list[Record]
+    public: list[Record]
+    test: list[Record]
+    pretrain: list[Record]
+
+    def files(self) -> dict[str, bytes]:
+        """File name -> JSON Lines content."""
+        files = {f"{name}.jsonl": write_jsonl(records) for name, records in self.tenants.items()}
+        files["central.jsonl"] = write_jsonl(self.central)
+        files["public.jsonl"] = write_jsonl(self.public)
+        files["test.jsonl"] = write_jsonl(self.test)
+        files["pretrain.jsonl"] = write_jsonl(self.pretrain)
+        return files
+
+    def manifest(self) -> dict[str, Any]:
+        """What the suite is: spec, per-tenant category shares and a sha256 per file."""
+        return {
+            "spec": self.spec.to_json(),
+            "categories": list(CATEGORIES),
+            "tenants": {
+                name: {"records": len(records), "category_counts": _counts(records)}
+                for name, records in self.tenants.items()
+            },
+            "public": {"records": len(self.public), "category_counts": _counts(self.public)},
+            "test": {"records": len(self.test), "category_counts": _counts(self.test)},
+            "pretrain": {"records": len(self.pretrain), "category_counts": _counts(self.pretrain)},
+            "files": {
+                name: hashlib.sha256(data).hexdigest()
+                for name, data in sorted(self.files().items())
+            },
+        }
+
+
+def _counts(records: list[Record]) -> dict[str, int]:
+    counts = Counter(r["category"] for r in records)
+    return {c: counts.get(c, 0) for c in CATEGORIES}
+
+
+def _check_spec(spec: SuiteSpec) -> None:
+    problems = []
+    if spec.tenants < 1:
+        problems.append(f"tenants={spec.tenants} must be >= 1")
+    if spec.private_records < spec.tenants:
+        problems.append(f"private_records={spec.private_records} is fewer than the tenants")
+    if spec.pretrain_records < 0:
+        problems.append(f"pretrain_records={spec.pretrain_records} must be >= 0")
+    if spec.public_records < 1 or spec.test_per_category < 1:
+        problems.append(
+            f"public_records={spec.public_records} and test_per_category="
+            f"{spec.test_per_category} must be >= 1"
+        )
+    if spec.partition not in ("dirichlet", "pathological"):
+        problems.append(f"partition={spec.partition!r} is not 'dirichlet' or 'pathological'")
+    if problems:
+        raise ConfigError(
+            "invalid task suite: " + "; ".join(problems),
+            fix="Correct the suite settings (fedtune bench pretrain --help lists them).",
+        )
+
+
+def build_suite(spec: SuiteSpec) -> Suite:
+    """Generate every set of the suite (deterministic in ``spec``).
+
+    Raises:
+        ConfigError: On inconsistent sizes or an unknown partition method or category.
+        DataError: If a category cannot supply enough distinct records, or the split would
+            leave a tenant empty.
+    """
+    _check_spec(spec)
+    pool = generate_mixture(spec.private_records, spec.tenant_mixture, seed=spec.seed)
+    names = spec.tenant_names
+    try:
+        parts = partition(
+            spec.partition,
+            pool,
+            names,
+            seed=spec.seed,
+            field="category",
+            k=spec.k,
+            alpha=spec.alpha,
+        )
+    except DataError as exc:
+        raise DataError(
+            f"cannot split {len(pool)} private records among {spec.tenants} tenants: {exc}",
+            fix="Use more private records, fewer tenants or a larger alpha.",
+        ) from exc
+    public = generate_mixture(
+        spec.public_records, spec.public_mixture, seed=spec.seed + 1, exclude=pool
+    )
+    test = generate(spec.test_per_category, seed=spec.seed + 2, exclude=pool + public)
+    extra_mixture = {c: w for c, w in spec.public_mixture.items() if c not in _SCARCE}
+    extra = (
+        generate_mixture(
+            spec.pretrain_records, extra_mixture, seed=spec.seed + 3, exclude=pool + public + test
+        )
+        if spec.pretrain_records and extra_mixture
+        else []
+    )
+    # A pathological split may leave records out; the Centralized set is what tenants hold.
+    central = [r for name in names for r in parts[name]]
+    logger.info(
+        "task suite: %d tenants (%s records), %d public, %d test, %d pretraining",
+        len(names),
+        "/".join(str(len(parts[n])) for n in names),
+        len(public),
+        len(test),
+        len(public) + len(extra),
+    )
+    return Suite(
+        spec=spec,
+        tenants=dict(parts),
+        central=central,
+        public=public,
+        test=test,
+        pretrain=public + extra,
+    )
+
+
+def write_suite(suite: Suite, out_dir: str | Path) -> dict[str, Any]:
+    """Write the suite's files and its manifest into ``out_dir``; return the manifest."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in suite.files().items():
+        (out / name).write_bytes(data)
+    manifest = suite.manifest()
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+    return manifest
+
+
+def load_manifest(suite_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a written suite, after checking every file against its sha256.
+
+    Raises:
+        ConfigError: The folder holds no suite.
+        DataError: A file is missing or differs from the manifest.
+    """
+    root = Path(suite_dir)
+    path = root / MANIFEST
+    if not path.is_file():
+        raise ConfigError(
+            f"no task suite in {str(root)!r} (no {MANIFEST})",
+            fix="Create it with `fedtune bench pretrain --out DIR` (it writes DIR/suite).",
+        )
+    manifest: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    for name, digest in manifest["files"].items():
+        file = root / name
+        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:
+            raise DataError(
+                f"suite file {str(file)!r} is missing or differs from {MANIFEST}",
+                fix="Rebuild the suite with `fedtune bench pretrain --out DIR`.",
+            )
+    return manifest
+
+
+def category_shares(manifest: Mapping[str, Any], tenant: str) -> dict[str, float]:
+    """A tenant's share of each category in its training data (sums to 1)."""
+    counts: dict[str, int] = manifest["tenants"][tenant]["category_counts"]
+    total = sum(counts.values())
+    return {c: n / total for c, n in counts.items()}
+
+
+def read_set(suite_dir: str | Path, name: str) -> list[dict[str, Any]]:
+    """The records of one suite file (``test``, ``public``, ``central`` or a tenant)."""
+    return read_jsonl(Path(suite_dir) / f"{name}.jsonl")

@@ -1,0 +1,82 @@
+"""Pretraining: deterministic weights, a loadable HF directory, learning that scoring sees."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from fedtune.benchmarks.pretrain import REPORT_FILE, ModelShape, PretrainSpec, pretrain
+from fedtune.benchmarks.scoring import EvalSet, answer_correct, evaluate_model
+from fedtune.cli.main import main
+from fedtune.core.errors import ConfigError
+from fedtune.data.synthetic import generate
+from fedtune.models.loading import load_pretrained
+
+TINY = ModelShape(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+
+
+def test_ci_workspace_holds_suite_and_loadable_models(ci_workspace: Path) -> None:
+    for name in ("large", "small"):
+        model, tokenizer = load_pretrained(str(ci_workspace / "models" / name))
+        report = json.loads((ci_workspace / "models" / name / REPORT_FILE).read_text())
+        assert report["parameters"] == sum(p.numel() for p in model.parameters())
+        assert set(report["test"]) >= {"em", "test_loss", "em/arithmetic", "em/count"}
+        assert len(tokenizer) == model.config.vocab_size
+    large = json.loads((ci_workspace / "models" / "large" / REPORT_FILE).read_text())
+    small = json.loads((ci_workspace / "models" / "small" / REPORT_FILE).read_text())
+    assert large["parameters"] > small["parameters"]
+
+
+def test_same_seed_same_weights_other_seed_other_weights(tmp_path: Path) -> None:
+    records = generate(4, seed=3)
+    spec = PretrainSpec(shape=TINY, steps=3, batch_size=4, warmup_steps=1)
+    pretrain(spec, records, records[:5], tmp_path / "a")
+    pretrain(spec, records, records[:5], tmp_path / "b")
+    pretrain(dataclasses.replace(spec, seed=1), records, records[:5], tmp_path / "c")
+    weights = {k: (tmp_path / k / "model.safetensors").read_bytes() for k in "abc"}
+    assert weights["a"] == weights["b"]
+    assert weights["a"] != weights["c"]
+
+
+def test_pretraining_learns_what_scoring_counts(tmp_path: Path) -> None:
+    # One-token answers a tiny model memorises in a few dozen steps: exact match must rise
+    # from nothing to most of the records it trained on.
+    records = generate({"classify": 6}, seed=0)
+    spec = PretrainSpec(shape=TINY, steps=60, batch_size=6, lr=1e-2, warmup_steps=2)
+    report = pretrain(spec, records, records, tmp_path / "m")
+    assert report["test"]["em/classify"] >= 0.8
+    model, tokenizer = load_pretrained(str(tmp_path / "m"))
+    again = evaluate_model(model, EvalSet(records, tokenizer, max_seq_len=160))
+    assert again["em"] == pytest.approx(report["test"]["em"])
+    assert again["test_loss"] < report["loss_curve"][0]["loss"]
+
+
+@pytest.mark.parametrize(
+    ("category", "prediction", "reference", "correct"),
+    [
+        ("arithmetic", "3 + 4 = 7. The answer is 7.", "3 + 4 = 7. The answer is 7.", True),
+        ("arithmetic", "3 + 4 = 8. The answer is 7.", "3 + 4 = 7. The answer is 7.", True),
+        ("arithmetic", "3 + 4 = 7. The answer is 8.", "3 + 4 = 7. The answer is 7.", False),
+        ("reverse", " olleh ", "olleh", True),
+        ("reverse", "olleh.", "olleh", False),
+        ("classify", "Animal", "animal", False),
+    ],
+)
+def test_answer_checks(category: str, prediction: str, reference: str, correct: bool) -> None:
+    assert answer_correct(category, prediction, reference) is correct
+
+
+def test_invalid_settings_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="steps=0"):
+        pretrain(PretrainSpec(shape=TINY, steps=0), generate(2), generate(1), tmp_path)
+
+
+def test_cli_rejects_unknown_model_and_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "pretrain", "--out", str(tmp_path), "--preset", "huge"]) == 2
+    assert "unknown benchmark preset 'huge'" in capsys.readouterr().err
+    code = main(["bench", "pretrain", "--out", str(tmp_path), "--preset", "ci", "--models", "medium"])
+    assert code == 2
+    assert "medium" in capsys.readouterr().err

@@ -1,0 +1,87 @@
+"""``fedtune bench quality`` end to end on the CI preset, plus its error paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedtune.benchmarks.quality import QualitySpec, run_quality
+from fedtune.benchmarks.report import is_png
+from fedtune.benchmarks.workspace import Workspace
+from fedtune.cli.main import main
+from fedtune.core.errors import ConfigError
+
+
+def test_quality_bench_writes_results_table_and_plots(ci_workspace: Path) -> None:
+    assert main(["bench", "quality", "--out", str(ci_workspace), "--preset", "ci"]) == 0
+    out_dir = ci_workspace / "quality"
+    results = json.loads((out_dir / "results.json").read_text())
+    methods = [row["method"] for row in results["table"]]
+    assert methods == ["zero-shot", "fedavg", "scaffold", "standalone", "centralized"]
+    runs = {run["method"]: run for run in results["runs"]}
+    for name in ("fedavg", "scaffold", "standalone", "centralized"):
+        assert [r["round"] for r in runs[name]["rounds"]] == [0, 1, 2]
+        # Round 0 is the untrained base model for every method.
+        assert runs[name]["rounds"][0]["em"] == pytest.approx(runs["zero-shot"]["rounds"][0]["em"])
+        assert runs[name]["rounds"][0]["test_loss"] == pytest.approx(
+            runs["zero-shot"]["rounds"][0]["test_loss"], rel=1e-6
+        )
+        assert runs[name]["rounds"][2]["test_loss"] != runs[name]["rounds"][0]["test_loss"]
+    # SCAFFOLD's first round with zero control variates is FedAvg on equal-sized tenants (the
+    # CI suite's pathological shards), and round 2 differs once the control variates are
+    # non-zero: the bench runs the real algorithms.
+    fedavg, scaffold = runs["fedavg"]["rounds"], runs["scaffold"]["rounds"]
+    assert scaffold[1]["test_loss"] == pytest.approx(fedavg[1]["test_loss"], rel=1e-5)
+    assert scaffold[2]["test_loss"] != pytest.approx(fedavg[2]["test_loss"], rel=1e-7)
+    claims = {c["claim"]: c for c in results["claims"]}
+    assert {"fedavg > standalone", "scaffold > fedavg", "centralized >= fedavg"} <= set(claims)
+    markdown = (out_dir / "results.md").read_text()
+    assert "| scaffold | 1 |" in markdown and "paper ordering" in markdown
+    plots = sorted((out_dir / "plots").glob("*.png"))
+    assert [p.name for p in plots] == ["em.png", "local_em.png", "test_loss.png", "train_loss.png"]
+    assert all(is_png(p) for p in plots)
+
+
+def test_unknown_algorithm_lists_the_registered_ones(
+    ci_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", "--algorithms", "fedmagic"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "fedmagic" in err and "fedavg" in err
+
+
+def test_bad_param_and_param_for_an_algorithm_not_run(
+    ci_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["bench", "quality", "--out", str(ci_workspace), "--preset", "ci"]
+    assert main([*base, "--param", "fedprox-mu-0.1"]) == 2
+    assert "ALGORITHM.FIELD=VALUE" in capsys.readouterr().err
+    assert main([*base, "--param", "fedprox.mu=0.1"]) == 2
+    assert "fedprox" in capsys.readouterr().err
+
+
+def test_workspace_without_models_says_to_pretrain(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        run_quality(Workspace(tmp_path), QualitySpec(algorithms=("fedavg",), seeds=(0,)))
+    assert "fedtune bench pretrain" in info.value.fix
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--baselines", "oracle"], "unknown baseline(s) ['oracle']"),
+        (["--seeds", ""], "no seed given"),
+        (["--threads", "0"], "--threads 0"),
+    ],
+)
+def test_invalid_options_are_config_errors(
+    ci_workspace: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
+    code = main(["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", *extra])
+    assert code == 2
+    assert fragment in capsys.readouterr().err

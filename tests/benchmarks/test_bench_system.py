@@ -1,0 +1,74 @@
+"""``fedtune bench system`` end to end on the CI preset (no DeepSpeed: see the slow test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedtune.benchmarks.server_memory import ServerMemorySpec, measure
+from fedtune.cli.main import main
+
+
+def test_system_bench_measures_side_by_side(ci_workspace: Path) -> None:
+    assert main(["bench", "system", "--out", str(ci_workspace), "--preset", "ci"]) == 0
+    results = json.loads((ci_workspace / "system" / "results.json").read_text())
+    assert results["device"]["description"].startswith(("CPU", "CUDA"))
+    client = results["client_step"]
+    # The engine's client step and the bare loop trained the same adapter on the same batches.
+    assert client["max_abs_diff"] == 0.0
+    assert len(client["pairs"]) == 2 and client["tokens"] > 0
+    assert client["ratio"] > 0 and client["platform_tokens_per_s"] > 0
+    assert client["verdict"].startswith(("Aim met", "Aim missed"))
+    assert results["engine"]["num_rounds"] == 2 and results["engine"]["steady_overhead"] >= 1.0
+    sizes = {row["algorithm"]: row for row in results["bytes"]}
+    assert sizes["fedavg"]["update_vs_trainable"] == 1.0
+    # SCAFFOLD also sends its control-variate delta: exactly twice the adapter.
+    assert sizes["scaffold"]["update_vs_trainable"] == 2.0
+    for row in sizes.values():
+        assert row["update_bytes"] > row["update_raw_bytes"]
+        assert row["fixed_overhead_bytes"] == row["update_bytes"] - row["update_raw_bytes"]
+        if row["update_ratio"] > 1.01:
+            assert any(note.startswith(row["algorithm"] + ":") for note in results["notes"])
+    (plain,) = results["server_memory"]["rows"]
+    assert plain["mode"] == "plain" and plain["peak_mib"] > plain["added_mib"] > 0
+    markdown = (ci_workspace / "system" / "results.md").read_text()
+    assert "bare PyTorch + PEFT" in markdown and "| scaffold |" in markdown
+
+
+def test_unknown_part_is_rejected(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "system", "--out", str(ci_workspace), "--preset", "ci", "--parts", "gpu"])
+    assert code == 2
+    assert "gpu" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_zero3_server_step_runs_and_reports_memory(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    spec = ServerMemorySpec(
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=64,
+        batch_size=2,
+        seq_len=16,
+        steps=2,
+        zero3_ranks=(1,),
+    )
+    rows = measure(spec, tmp_path)["rows"]
+    assert [(r["mode"], r["ranks"]) for r in rows] == [("plain", 1), ("zero3", 1)]
+    assert all("error" not in r for r in rows), rows
+    assert all(r["peak_mib"] > 0 for r in rows)
+
+
+def test_engine_bench_still_reports_from_a_job_file(tmp_path: Path) -> None:
+    report_path = tmp_path / "engine.json"
+    code = main(
+        ["bench", "engine", "examples/quickstart.yaml", "--rounds", "2", "--no-progress",
+         "--json", str(report_path)]
+    )
+    assert code == 0
+    report = json.loads(report_path.read_text())
+    assert [r["round"] for r in report["rounds"]] == [1, 2]
+    assert report["steady_overhead"] >= 1.0 and report["bytes_ratio"] > 1.0
