@@ -72,8 +72,13 @@ class _BareLoop:
         set_peft_model_state_dict(self.model, dict(initial))
         started = time.perf_counter()
         params = [p for p in self.model.parameters() if p.requires_grad]
-        # The engine's defaults: AdamW without weight decay (torch's default is 0.01).
-        optimizer = torch.optim.AdamW(params, lr=self.spec.lr, weight_decay=0.0)
+        # The job's optimizer as the engine builds it: AdamW without weight decay (torch's
+        # default is 0.01), or plain SGD.
+        optimizer: torch.optim.Optimizer = (
+            torch.optim.SGD(params, lr=self.spec.lr)
+            if self.spec.optimizer == "sgd"
+            else torch.optim.AdamW(params, lr=self.spec.lr, weight_decay=0.0)
+        )
         self.model.train()
         for indices in batch_indices(
             len(self.encoded), self.spec.batch_size, self.spec.steps, self.seed
@@ -150,6 +155,7 @@ def client_step_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dic
     whole = statistics.median(w for w, _, _ in pairs)
     train = statistics.median(t for _, t, _ in pairs)
     bare_s = statistics.median(b for _, _, b in pairs)
+    parameters = sum(p.numel() for p in bare.model.parameters())
     verdict = (
         f"Aim met ({ratio:.3f} <= {CLIENT_STEP_AIM})."
         if ratio <= CLIENT_STEP_AIM
@@ -158,7 +164,7 @@ def client_step_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dic
         f"({whole - train:.3f} s of {whole:.3f} s outside the training loop)."
     )
     return {
-        "model": f"{spec.model} ({sum(p.numel() for p in bare.model.parameters()):,} parameters)",
+        "model": f"{spec.model} + LoRA ({parameters:,} parameters)",
         "device": str(next(bare.model.parameters()).device),
         "tenant": tenant,
         "batch_size": spec.batch_size,

@@ -152,7 +152,7 @@ def system_markdown(results: Mapping[str, Any]) -> str:
     """The system benchmark's tables: client step, engine overhead, bytes, server memory."""
     device = results["device"]
     lines = [
-        f"Device: {device['description']} (torch {device['torch']}, {device['threads']} threads).",
+        f"Device: {device['description']} (torch {device['torch']}, threads: {device['threads']}).",
         "",
     ]
     client = results.get("client_step")
@@ -218,7 +218,10 @@ def system_markdown(results: Mapping[str, Any]) -> str:
     memory = results.get("server_memory")
     if memory:
         lines += [
-            f"**Server step peak memory** ({memory['description']}):",
+            (
+                f"**Server step peak memory** ({memory['description']}, "
+                f"{memory['rows'][0].get('parameters', 0):,} parameters):"
+            ),
             "",
             "| mode | ranks | peak MiB | added by training MiB | s/step |",
             "|---|---:|---:|---:|---:|",

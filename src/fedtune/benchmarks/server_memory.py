@@ -176,7 +176,8 @@ def _run(spec: ServerMemorySpec, mode: str, ranks: int, out_dir: Path) -> dict[s
                 MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=port,
             )
-            env.setdefault("DS_ACCELERATOR", "cpu")
+            if not torch.cuda.is_available():
+                env.setdefault("DS_ACCELERATOR", "cpu")
         # The caller's thread budget, shared among the ranks instead of oversubscribed.
         env["OMP_NUM_THREADS"] = str(max(1, torch.get_num_threads() // ranks))
         out = out_dir / f"{mode}-{ranks}-{rank}.json"

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -93,8 +94,6 @@ def device_info() -> dict[str, Any]:
         except OSError:
             pass
         description = f"CPU {cpu}"
-    import os
-
     return {
         "description": description,
         "cuda": torch.cuda.is_available(),

@@ -116,7 +116,10 @@ def _params(items: list[str] | None) -> dict[str, dict[str, Any]]:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="benchmark workspace folder")
     parser.add_argument(
-        "--preset", default="default", help="settings preset: default (documented) or ci (seconds)"
+        "--preset",
+        default="default",
+        help="settings preset: default (documented), deep (6-layer large model for the "
+        "FedBiOT family) or ci (seconds)",
     )
     parser.add_argument(
         "--threads",
