@@ -181,31 +181,42 @@ def _finish(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export it, log and register it."""
     final_eval = {t.name: steps.evaluate_step(env, t.name) for t in env.job.tenants}
     env.stores.exchange().put_json(layout.FINAL_EVAL_KEY, final_eval)
+    return {"artifacts": export_and_register(env, tracker, final_eval), "final_eval": final_eval}
+
+
+def export_and_register(
+    env: steps.StepEnv, tracker: Tracker, final_eval: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    """Log the final metrics, export the final models and register those marked so.
+
+    Shared by the local engine and the KFP export step, so both name models alike.
+    Returns each artifact's store URI, local path and registered version.
+    """
+    job = env.job
     tracker.log_metrics(
         {f"final/{k}/{t}": v for t, m in final_eval.items() for k, v in m.items()},
-        step=env.job.rounds,
+        step=job.rounds,
     )
-    out_dir = env.stores.workdir / "artifacts" / env.job.name
-    exported = steps.export_step(env, out_dir)
-    artifacts: dict[str, Any] = {}
+    exported = steps.export_step(env, env.stores.workdir / "artifacts" / job.name)
     # Several registered models of one run (e.g. FedBiOT's AdapEmu and AdapFu) each get a
     # registered model of their own, `<name>-<artifact>`, so one alias cannot point at two.
-    registered = [n for n, (a, _) in exported.items() if a.register]
+    several = sum(1 for artifact, _ in exported.values() if artifact.register) > 1
+    artifacts: dict[str, Any] = {}
     for name, (artifact, uri) in exported.items():
         entry: dict[str, Any] = {"uri": uri, "local_path": str(artifact.path), "kind": artifact.kind}
         if artifact.register:
-            base_name = env.job.registered_model_name
+            base_name = job.registered_model_name
             ref = tracker.log_model(
                 artifact.path,
                 name=name,
-                registered_name=f"{base_name}-{name}" if len(registered) > 1 else base_name,
-                alias=env.job.tracking.alias,
+                registered_name=f"{base_name}-{name}" if several else base_name,
+                alias=job.tracking.alias,
                 tags=artifact.tags,
             )
             entry["model_uri"] = ref.model_uri
             entry["registered_version"] = ref.version
         artifacts[name] = entry
-    return {"artifacts": artifacts, "final_eval": final_eval}
+    return artifacts
 
 
 class _Quiet:

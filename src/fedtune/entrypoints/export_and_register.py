@@ -14,6 +14,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.engines import layout, steps
+from fedtune.engines.local import export_and_register
 from fedtune.entrypoints import common
 
 ARTIFACTS_KEY = "summary/artifacts.json"
@@ -30,36 +31,7 @@ def run(job: JobConfig, eval_markers: list[dict[str, Any]]) -> dict[str, Any]:
     run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
     tracker = common.resume_tracker(job, run_id)
     try:
-        tracker.log_metrics(
-            {f"final/{k}/{t}": v for t, m in final_eval.items() for k, v in m.items()},
-            step=job.rounds,
-        )
-        exported = steps.export_step(env, env.stores.workdir / "artifacts" / job.name)
-        # As the local engine names them: with several registered models (FedBiOT's AdapEmu
-        # and AdapFu), each gets `<name>-<artifact>`, so one alias never points at two.
-        several = sum(1 for artifact, _ in exported.values() if artifact.register) > 1
-        artifacts: dict[str, Any] = {}
-        for name, (artifact, uri) in exported.items():
-            entry: dict[str, Any] = {
-                "uri": uri,
-                "local_path": str(artifact.path),
-                "kind": artifact.kind,
-            }
-            if artifact.register:
-                ref = tracker.log_model(
-                    artifact.path,
-                    name=name,
-                    registered_name=(
-                        f"{job.registered_model_name}-{name}"
-                        if several
-                        else job.registered_model_name
-                    ),
-                    alias=job.tracking.alias,
-                    tags=artifact.tags,
-                )
-                entry["model_uri"] = ref.model_uri
-                entry["registered_version"] = ref.version
-            artifacts[name] = entry
+        artifacts = export_and_register(env, tracker, final_eval)
         tracker.end("FINISHED")
     except BaseException:
         tracker.end("FAILED")
