@@ -28,7 +28,7 @@ def test_aggregates_and_records_the_round(tmp_path: Path) -> None:
         str(job_path), 1, str(tmp_path / "artifacts" / "b1"), updates, str(tmp_path / "s1")
     )
     assert marker(tmp_path / "s1")["accepted"] == ["tenant-a", "tenant-b"]
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     assert ServerState.stored(store, layout.state_key(1))
     assert store.get_json(layout.summary_key(1))["sampled"] == ["tenant-a", "tenant-b"]
 

@@ -21,7 +21,7 @@ def test_trains_in_process_and_stores_the_update(tmp_path: Path) -> None:
     client_step.component(str(job_path), 1, "tenant-a", "run-1", str(tmp_path / "u"))
     got = marker(tmp_path / "u")
     assert got["ok"] and got["tenant"] == "tenant-a" and got["result"]["meta"]["num_samples"] > 0
-    assert Update.stored(layout.JobStores(job).exchange(), layout.update_key(1, "tenant-a"))
+    assert Update.stored(layout.JobStores(job).exchange("tenant-a"), layout.update_key(1))
 
 
 def test_a_tenants_failure_is_recorded_not_raised(tmp_path: Path) -> None:

@@ -19,13 +19,14 @@ def test_spec_metadata_and_readme_agree() -> None:
 def test_reports_the_final_models_metrics(tmp_path: Path) -> None:
     job = two_tenant_job(tmp_path / "w")
     job_path = initialised(tmp_path, job, rounds_configured=1)
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     for tenant in ("tenant-a", "tenant-b"):
-        steps.client_step(env, 1, tenant)
+        steps.client_step(steps.TenantEnv.create(env.job, tenant), 1)
     steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
     evaluate.component(str(job_path), "tenant-b", "run", str(tmp_path / "m"))
     got = marker(tmp_path / "m")
-    assert got["tenant"] == "tenant-b" and got["metrics"] == steps.evaluate_step(env, "tenant-b")
+    tenant_env = steps.TenantEnv.create(env.job, "tenant-b")
+    assert got["tenant"] == "tenant-b" and got["metrics"] == steps.evaluate_step(tenant_env)
 
 
 def test_before_the_last_round_there_is_nothing_to_evaluate(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ def test_spec_metadata_and_readme_agree() -> None:
 def test_exports_the_final_model_and_stores_the_summary_parts(tmp_path: Path) -> None:
     job = two_tenant_job(tmp_path / "w")
     job_path = initialised(tmp_path, job, rounds_configured=1)
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     for tenant in ("tenant-a", "tenant-b"):
-        steps.client_step(env, 1, tenant)
+        steps.client_step(steps.TenantEnv.create(env.job, tenant), 1)
     steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
     metrics = []
     for tenant in ("tenant-b", "tenant-a"):  # collected in any order
@@ -31,6 +31,6 @@ def test_exports_the_final_model_and_stores_the_summary_parts(tmp_path: Path) ->
     assert list(got["final_eval"]) == ["tenant-a", "tenant-b"]  # the job's tenant order
     ((name, artifact),) = got["artifacts"].items()
     assert Path(artifact["local_path"]).is_dir() and artifact["registered_version"] == 0
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     assert store.get_json(layout.FINAL_EVAL_KEY) == got["final_eval"]
     assert store.list(f"artifacts/{name}")

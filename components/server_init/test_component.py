@@ -22,7 +22,7 @@ def test_writes_the_job_artifact_and_the_initial_state(tmp_path: Path) -> None:
     job_path = initialised(tmp_path, job)
     assert common.read_job_artifact(job_path) == job
     assert marker(tmp_path / "artifacts" / "state-0")["round"] == 0
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     assert ServerState.stored(store, layout.state_key(0)) and store.exists(layout.RUN_KEY)
 
 

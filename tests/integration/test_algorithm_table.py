@@ -65,7 +65,7 @@ def test_algorithm_runs_and_state_round_trips(
     job = make_job(rounds=1, algorithm=TABLE[name], **JOB_OVERRIDES.get(name, {}))
     summary = run_job(job, NullTracker(), RunOptions(progress=False))
     assert summary["completed"] and summary["rounds"][0]["accepted"]
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     state = ServerState.load(store, layout.state_key(1))
     assert state.tensors and all(torch.isfinite(t).all() for t in state.tensors.values())
     # Explicit, serializable state: saving and loading again changes nothing.

@@ -56,8 +56,9 @@ def test_resume_after_crash_mid_round_is_bitwise_equal(
     monkeypatch.setattr(FedAvg, "client_step", dies_in_round_3)
     with pytest.raises(Crash):
         run_job(crashed, NullTracker(), QUIET)
-    store = layout.JobStores(crashed).exchange()
-    assert store.exists(f"{layout.update_key(3, 'tenant-a')}.json")  # finished step kept
+    store = layout.JobStores(crashed).provider()
+    exchange = layout.JobStores(crashed).exchange("tenant-a")
+    assert exchange.exists(f"{layout.update_key(3)}.json")  # finished step kept
     assert not store.exists(f"{layout.state_key(3)}.json")
     monkeypatch.setattr(FedAvg, "client_step", original)
     run_job(crashed, NullTracker(), RunOptions(progress=False, resume=True))
@@ -123,7 +124,7 @@ def test_quorum_failure_leaves_stored_state_untouched(
 ) -> None:
     job = make_job(rounds=2, min_clients=3)
     run_job(job, NullTracker(), RunOptions(progress=False, until_round=1))
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     before = store.get_bytes(f"{layout.state_key(1)}.safetensors")
     monkeypatch.setattr(FedAvg, "client_step", _poison("tenant-c"))
     with pytest.raises(QuorumError) as info:
@@ -143,7 +144,7 @@ def test_bad_tenant_data_fails_before_training(tmp_path: Path) -> None:
         run_job(job, NullTracker(), QUIET)
     message = str(info.value)
     assert "tenant-b" in message and "line 5" in message
-    assert not layout.JobStores(job).exchange().exists(f"{layout.state_key(0)}.json")
+    assert not layout.JobStores(job).provider().exists(f"{layout.state_key(0)}.json")
 
 
 def test_missing_data_uri_is_named(tmp_path: Path) -> None:

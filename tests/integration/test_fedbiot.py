@@ -28,7 +28,7 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.models import build_tiny_model, load_tokenizer, save_pretrained_dir
 from fedtune.models.layers import layer_extract, unique_state
 from fedtune.tracking.mlflow_tracker import MlflowTracker, local_tracking_uri
-from fedtune.training.context import Context
+from fedtune.training.context import ProviderContext
 from tests.integration.conftest import DATA, tiny_job_dict
 
 ALGORITHM = {
@@ -137,23 +137,24 @@ def test_no_stored_tensor_is_a_dropped_layer_of_the_full_emulator(run: dict[str,
     workdir = Path(_job(run).workdir)
     stored = {}
     for blob in workdir.rglob("*.safetensors"):
-        if "artifacts" in blob.relative_to(workdir).parts[:1]:
-            continue  # the provider's own export folder (not a store)
+        if blob.relative_to(workdir).parts[0] in ("artifacts", "provider"):
+            continue  # the provider's export folder and its private store: E* may live there
         for name, tensor in load_file(str(blob)).items():
             stored[_digest(tensor)] = f"{blob.relative_to(workdir)}:{name}"
     leaked = {dropped[h]: where for h, where in stored.items() if h in dropped}
     assert not leaked, leaked
     assert not full_emulator <= set(stored)
     exchange = workdir / "exchange"
-    assert not any("adapfu" in p.parts for p in exchange.rglob("*"))  # AdapFu holds E*
-    assert any("adapemu" in p.parts for p in exchange.rglob("*"))
+    # Exports (AdapFu holds E*) stay in the provider-private store; none reach the exchange.
+    assert not any({"adapfu", "adapemu"} & set(p.parts) for p in exchange.rglob("*"))
+    assert any("adapfu" in p.parts for p in (workdir / "provider").rglob("*"))
 
 
 def _final_provider(run: dict[str, Any]) -> tuple[Provider, ServerState]:
     job = _job(run)
-    state = ServerState.load(layout.JobStores(job).exchange(), layout.state_key(job.rounds))
+    state = ServerState.load(layout.JobStores(job).provider(), layout.state_key(job.rounds))
     config = FedBiOTConfig.model_validate(ALGORITHM)
-    provider = Provider.create(config, Context.from_job(job), layer_extract(6, 2, 0.5))
+    provider = Provider.create(config, ProviderContext.from_job(job), layer_extract(6, 2, 0.5))
     return provider, state
 
 
@@ -197,7 +198,7 @@ def test_adapemu_and_adapfu_are_registered_under_their_own_names(run: dict[str, 
 
 def test_broadcast_encodings_compare_full_fp32_delta_and_bf16_delta(run: dict[str, Any]) -> None:
     job = _job(run)
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     states = [ServerState.load(store, layout.state_key(r)) for r in range(job.rounds)]
     rows = transport.round_encodings([(s.group("emulator"), s.group("view")) for s in states])
     assert [row["round"] for row in rows] == [1.0, 2.0]

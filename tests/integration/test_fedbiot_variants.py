@@ -17,7 +17,7 @@ from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.layers import unique_state
 from fedtune.tracking.base import NullTracker
-from fedtune.training.context import Context
+from fedtune.training.context import ProviderContext
 from tests.integration.conftest import DATA
 
 QUIET = RunOptions(progress=False)
@@ -50,7 +50,7 @@ def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
 ) -> None:
     job = _job(make_job, _fedbiot(delta_dtype="bfloat16"), rounds=3, clients_per_round=2, min_clients=1)
     summary = run_job(job, NullTracker(), QUIET)
-    exchange = layout.JobStores(job).exchange()
+    exchange = layout.JobStores(job).provider()
     last_seen: dict[str, int] = {}
     checked: set[str] = set()
     for record in summary["rounds"]:
@@ -59,7 +59,8 @@ def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
         assert all(t.dtype == torch.bfloat16 for t in broadcast.group("delta").values())
         view = ServerState.load(exchange, layout.state_key(r)).group("view")
         for tenant in record["sampled"]:
-            update = exchange.get_json(f"{layout.update_key(r, tenant)}.json")
+            tenant_exchange = layout.JobStores(job).exchange(tenant)
+            update = tenant_exchange.get_json(f"{layout.update_key(r)}.json")
             # A tenant that took part in the previous round applies the delta, others the full copy.
             expected = "delta" if last_seen.get(tenant) == r - 1 else "full"
             assert update["package_received"] == expected, (r, tenant)
@@ -85,7 +86,7 @@ def test_fedot_distils_once_and_then_sends_only_the_adapter(make_job: Callable[.
     second = summary["rounds"][1]
     for tenant in second["tenants"].values():
         assert tenant["metrics"]["bytes_down"] == tenant["metrics"]["bytes_up"]  # no emulator delta
-    exchange = layout.JobStores(job).exchange()
+    exchange = layout.JobStores(job).provider()
     first, last = (ServerState.load(exchange, layout.state_key(r)).group("emulator") for r in (0, 2))
     assert all(torch.equal(first[k], last[k]) for k in first)  # never realigned
 
@@ -103,13 +104,13 @@ def test_lora_adapter_on_gpt2_changes_only_adapter_layers(make_job: Callable[...
     summary = run_job(job, NullTracker(), QUIET)
     assert summary["adapter_layers"] == [3] and summary["emulator_layers"] == [0]  # floor(0.5 * 3)
     update_names = set(
-        ServerState.load(layout.JobStores(job).exchange(), layout.state_key(1)).group("adapter")
+        ServerState.load(layout.JobStores(job).provider(), layout.state_key(1)).group("adapter")
     )
     assert update_names and all("lora_" in n for n in update_names)
     from transformers import AutoModelForCausalLM
 
     adapfu = unique_state(AutoModelForCausalLM.from_pretrained(summary["artifacts"]["adapfu"]["local_path"]))
-    base = unique_state(Context.from_job(job).base_model())
+    base = unique_state(ProviderContext.from_job(job).base_model())
     changed = {n for n in base if not torch.equal(base[n], adapfu[n])}
     assert changed and all(n.startswith("transformer.h.3.") for n in changed)
 
@@ -145,6 +146,6 @@ def test_stopped_and_resumed_run_ends_bitwise_equal(make_job: Callable[..., JobC
     chained = _job(make_job, algorithm, rounds=2)
     run_job(chained, NullTracker(), RunOptions(progress=False, until_round=1))
     run_job(chained, NullTracker(), RunOptions(progress=False, resume=True))
-    a, b = (ServerState.load(layout.JobStores(j).exchange(), layout.state_key(2)) for j in (straight, chained))
+    a, b = (ServerState.load(layout.JobStores(j).provider(), layout.state_key(2)) for j in (straight, chained))
     assert a.tensors.keys() == b.tensors.keys() and a.meta["holders"] == b.meta["holders"]
     assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)

@@ -23,7 +23,7 @@ QUIET = RunOptions(progress=False)
 
 
 def final_adapter(job: JobConfig, round_index: int | None = None) -> dict[str, torch.Tensor]:
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     state = ServerState.load(store, layout.state_key(round_index or job.rounds))
     return state.group("adapter")
 
@@ -72,13 +72,13 @@ def test_scaffold_keeps_client_control_variate_in_tenant_store(
     job = make_job(algorithm={"name": "scaffold"})
     run(job)
     stores = layout.JobStores(job)
-    exchange_keys = stores.exchange().list()
+    exchange_keys = stores.exchange_root().list()
     assert not any(k.startswith("client-state/") for k in exchange_keys)
     for tenant in job.tenants:
         own = stores.tenant(tenant).list("client-state/")
         assert own, f"{tenant.name} kept no control variate"
     # The control variate itself never travels: updates carry only its delta.
-    update = stores.exchange().get_tensors(f"{layout.update_key(1, 'tenant-a')}.safetensors")
+    update = stores.exchange("tenant-a").get_tensors(f"{layout.update_key(1)}.safetensors")
     assert any(k.startswith("control_delta/") for k in update)
     assert not any(k.startswith("control/") for k in update)
 

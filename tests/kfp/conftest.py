@@ -38,6 +38,7 @@ def cluster_job_dict(**overrides: Any) -> dict[str, Any]:
         "algorithm": {"name": "fedavg"},
         "rounds": 2,
         "exchange_uri": "s3://exchange/runs",
+        "provider_store_uri": "s3://provider/runs",
         "tenants": [
             {
                 "name": f"tenant-{x}",

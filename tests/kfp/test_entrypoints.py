@@ -52,7 +52,7 @@ def test_steps_chain_through_markers_like_the_pipeline(tmp_path: Path) -> None:
     aggregate.component(
         str(job_path), 1, str(paths["b1"]), [str(paths["ua"]), str(paths["ub"])], str(paths["s1"])
     )
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     record = store.get_json(layout.summary_key(1))
     assert record["accepted"] == ["tenant-a", "tenant-b"] and record["wall_time"]["total"] > 0
     assert record["tenants"]["tenant-a"]["bytes_received"] == marker["result"]["bytes"]
@@ -75,7 +75,7 @@ def test_a_tenants_failure_costs_its_update_and_the_quorum_decides(
     raw = two_tenant_dict(tmp_path / "w", min_clients=2)
     raw["tenants"][1]["data_uri"] = str(data / "tenant-b.jsonl")
     job = common.job_from_json(json.dumps(raw), source="test")
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     steps.init_step(env)
     broadcast = configure_round.run(job, 1)
     good = client_step.run(job, 1, "tenant-a")

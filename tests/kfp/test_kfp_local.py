@@ -27,7 +27,7 @@ QUIET = RunOptions(progress=False)
 
 
 def final_state(job) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
-    store = layout.JobStores(job).exchange()
+    store = layout.JobStores(job).provider()
     return ServerState.load(store, layout.state_key(job.rounds)).tensors
 
 

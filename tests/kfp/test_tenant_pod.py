@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import torch
 
 from fedtune.config import JobConfig
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError
-from fedtune.core.messages import Update
+from fedtune.core.messages import Broadcast, Update
+from fedtune.storage import open_store
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import run_tenant_step
 from fedtune.entrypoints import tenant_io
@@ -43,8 +45,12 @@ def s3_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) 
     use_fake_aws_env(monkeypatch, moto_endpoint)
     monkeypatch.setattr(tenant_io, "_TIMEOUT_S", 15.0)  # a hang fails in seconds, not minutes
     bucket = create_bucket(moto_endpoint)
-    job = two_tenant_job(tmp_path / "provider", exchange_uri=f"s3://{bucket}/runs")
-    env = steps.StepEnv.create(job)
+    job = two_tenant_job(
+        tmp_path / "provider",
+        exchange_uri=f"s3://{bucket}/runs",
+        provider_store_uri=f"s3://{bucket}/provider",
+    )
+    env = steps.ProviderEnv.create(job)
     steps.init_step(env)
     steps.configure_step(env, 1)
     return job
@@ -95,11 +101,11 @@ def launched(runner: PodRunner) -> FakeJobApi:
 def reference_update(tmp_path: Path) -> dict[str, torch.Tensor]:
     """The same step, in-process on a local exchange: what the tenant pod must deliver."""
     job = two_tenant_job(tmp_path / "reference")
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     steps.init_step(env)
     steps.configure_step(env, 1)
-    steps.client_step(env, 1, "tenant-a")
-    return Update.load(env.stores.exchange(), layout.update_key(1, "tenant-a")).tensors
+    steps.client_step(steps.TenantEnv.create(env.job, "tenant-a"), 1)
+    return Update.load(env.stores.exchange("tenant-a"), layout.update_key(1)).tensors
 
 
 def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
@@ -120,8 +126,8 @@ def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
     )
     assert runner.exit_codes == [0] and runner.saw_provider_env == []
     assert result["meta"]["num_samples"] > 0 and result["k8s_job"].startswith("tenant-a/kfp-c1-")
-    store = layout.JobStores(s3_job).exchange()
-    delivered = Update.load(store, layout.update_key(1, "tenant-a")).tensors
+    store = layout.JobStores(s3_job).exchange("tenant-a")
+    delivered = Update.load(store, layout.update_key(1)).tensors
     expected = reference_update(tmp_path)
     assert delivered.keys() == expected.keys()
     for key in expected:
@@ -142,9 +148,9 @@ def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
 def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
     s3_job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = steps.StepEnv.create(s3_job)
+    env = steps.ProviderEnv.create(s3_job)
     for tenant in ("tenant-a", "tenant-b"):
-        steps.client_step(env, 1, tenant)
+        steps.client_step(steps.TenantEnv.create(env.job, tenant), 1)
     steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
     runner = PodRunner(monkeypatch)
     result = run_tenant_step(
@@ -158,19 +164,30 @@ def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
         clock=FakeClock(),
     )
     assert runner.exit_codes == [0]
-    assert result["metrics"] == steps.evaluate_step(env, "tenant-b")
+    # The same evaluation in-process, from the very final broadcast the pod was given.
+    tenant_exchange = layout.JobStores(s3_job).exchange("tenant-b")
+    final_key = layout.final_tenant_broadcast_key(s3_job.rounds)
+    final = Broadcast.load(tenant_exchange, final_key)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = open_store(tmp)
+        final.save(local, final_key)
+        in_process = steps.TenantEnv.create(s3_job, "tenant-b", exchange=local)
+        assert result["metrics"] == steps.evaluate_step(in_process)
+    # A final broadcast, not a server state: FedAvg's tenants see the adapter and nothing else.
+    state = steps.final_state(env)
+    assert set(final.tensors) == {f"adapter/{k}" for k in state.group("adapter")}
 
 
 def test_tampered_broadcast_is_refused_by_the_tenant(s3_job: JobConfig, moto_endpoint: str) -> None:
-    store = layout.JobStores(s3_job).exchange()
+    store = layout.JobStores(s3_job).exchange("tenant-a")
     gets, puts = tenant_io.step_objects("client", s3_job, 1, "tenant-a")
     urls = tenant_io.presign(store, gets, puts, 600)
     bucket, prefix = store.uri.removeprefix("s3://").split("/", 1)
-    key = f"{prefix}/{layout.broadcast_key(1)}.safetensors"
+    key = f"{prefix}/{layout.round_broadcast_key(1)}.safetensors"
     admin_client(moto_endpoint).put_object(Bucket=bucket, Key=key, Body=b"not the broadcast")
     with pytest.raises(IntegrityError, match="does not match its sha256"):
         tenant_io.run_presigned(s3_job, "client", 1, "tenant-a", urls)
-    assert not Update.stored(store, layout.update_key(1, "tenant-a"))
+    assert not Update.stored(store, layout.update_key(1))
 
 
 def test_urls_for_other_objects_are_refused(
@@ -188,7 +205,7 @@ def test_urls_for_other_objects_are_refused(
 
 def test_a_local_exchange_store_cannot_be_handed_to_a_tenant_pod(tmp_path: Path) -> None:
     job = two_tenant_job(tmp_path / "w")
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     steps.init_step(env)
     steps.configure_step(env, 1)
     with pytest.raises(StoreError, match="cannot issue pre-signed URLs"):
@@ -206,9 +223,9 @@ def test_a_local_exchange_store_cannot_be_handed_to_a_tenant_pod(tmp_path: Path)
 def test_a_broadcast_the_provider_has_not_written_is_a_clear_store_error(
     s3_job: JobConfig,
 ) -> None:
-    store = layout.JobStores(s3_job).exchange()
+    store = layout.JobStores(s3_job).exchange("tenant-a")
     urls = tenant_io.presign(store, *tenant_io.step_objects("client", s3_job, 2, "tenant-a"), 600)
-    with pytest.raises(StoreError, match=r"GET of exchange object 'broadcast/round-000002") as info:
+    with pytest.raises(StoreError, match=r"GET of exchange object 'round-000002/broadcast") as info:
         tenant_io.run_presigned(s3_job, "client", 2, "tenant-a", urls)
     assert "HTTP 404" in str(info.value) and "has not written" in info.value.fix
     assert "X-Amz-Signature" not in str(info.value)  # the capability is never echoed

@@ -1,5 +1,7 @@
 """The phase interface every algorithm implements (see docs/architecture.md).
 
+Provider phases receive a :class:`ProviderContext`, tenant phases a :class:`TenantContext`;
+neither can reach the other party's things (the tenant's has no path to ``model.uri``).
 An algorithm holds only its own config section. Everything a phase needs arrives as an
 argument and everything the next phase needs leaves as a typed :class:`Message`, because on
 Kubernetes each phase is a separate pod. Algorithms return metrics; they never log them.
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
-from fedtune.training.context import Context, TenantData
+from fedtune.training.context import ProviderContext, TenantContext, TenantData
 
 C = TypeVar("C")
 
@@ -38,17 +40,19 @@ class Algorithm(ABC, Generic[C]):
         self.config = config
 
     @abstractmethod
-    def init_state(self, ctx: Context) -> ServerState:
+    def init_state(self, ctx: ProviderContext) -> ServerState:
         """Provider, once: the state before round 1."""
 
     @abstractmethod
-    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+    def configure_round(
+        self, ctx: ProviderContext, state: ServerState, round_index: int
+    ) -> Broadcast:
         """Provider, start of a round: what every sampled tenant receives."""
 
     @abstractmethod
     def client_step(
         self,
-        ctx: Context,
+        ctx: TenantContext,
         broadcast: Broadcast,
         data: TenantData,
         client_state: ClientState | None,
@@ -57,17 +61,42 @@ class Algorithm(ABC, Generic[C]):
 
     @abstractmethod
     def aggregate(
-        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+        self,
+        ctx: ProviderContext,
+        state: ServerState,
+        updates: dict[str, Update],
+        round_index: int,
     ) -> ServerState:
         """Provider: fold the round's valid updates into the next state."""
 
     @abstractmethod
-    def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
+    def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
+        """Provider, after the last round: what tenants may see of the final model.
+
+        Tenants evaluate the final model from this, never from a server state (which may hold
+        optimizer moments, control variates or provider-side bookkeeping).
+        """
+
+    @abstractmethod
+    def evaluate(
+        self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
+    ) -> dict[str, float]:
         """Tenant: metrics of the model in ``broadcast`` on the tenant's held-out split."""
 
     @abstractmethod
-    def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+    def export(
+        self, ctx: ProviderContext, state: ServerState, out_dir: Path
+    ) -> dict[str, Artifact]:
         """Provider, after the last round: the final models as local directories."""
+
+    @property
+    def tenants_load_base(self) -> bool:
+        """Whether tenants build the base model (from a tiny config or ``model.tenant_uri``).
+
+        Declared by the config class (``tenants_load_base``), which the job validation reads
+        too; False means tenants get every weight from the broadcast package.
+        """
+        return bool(getattr(type(self.config), "tenants_load_base", True))
 
     def expected_update_shapes(self, broadcast: Broadcast) -> dict[str, tuple[int, ...]]:
         """Names and shapes a valid update must carry (checked before aggregation)."""

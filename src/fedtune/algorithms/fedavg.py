@@ -23,7 +23,7 @@ from fedtune.core.registry import register
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.models import lora as lora_helpers
 from fedtune.models.loading import save_pretrained_dir
-from fedtune.training.context import Context, TenantData, derive_seed
+from fedtune.training.context import ProviderContext, TenantContext, TenantData, derive_seed
 from fedtune.training.local import Regularizer, TrainResult, plan_steps, train_local
 
 C = TypeVar("C")
@@ -33,17 +33,23 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
     """The FedIT skeleton: global LoRA adapter out, locally trained adapters back."""
 
     # -- provider ---------------------------------------------------------------------------
-    def init_state(self, ctx: Context) -> ServerState:
+    def init_state(self, ctx: ProviderContext) -> ServerState:
         adapter = lora_helpers.adapter_state(ctx.peft_model())
         return ServerState(tensors=prefixed("adapter", adapter), meta={"round": 0})
 
-    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+    def configure_round(
+        self, ctx: ProviderContext, state: ServerState, round_index: int
+    ) -> Broadcast:
         return Broadcast(
             tensors=prefixed("adapter", state.group("adapter")), meta={"round": round_index}
         )
 
     def aggregate(
-        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+        self,
+        ctx: ProviderContext,
+        state: ServerState,
+        updates: dict[str, Update],
+        round_index: int,
     ) -> ServerState:
         names = sorted(updates)
         mean = weighted_mean(
@@ -52,7 +58,17 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         )
         return ServerState(tensors=prefixed("adapter", mean), meta={"round": round_index})
 
-    def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+    def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
+        """The global adapter only: no optimizer moments, no control variates."""
+        round_index = int(state.meta.get("round", 0))
+        return Broadcast(
+            tensors=prefixed("adapter", state.group("adapter")),
+            meta={"round": round_index + 1, "final": True},
+        )
+
+    def export(
+        self, ctx: ProviderContext, state: ServerState, out_dir: Path
+    ) -> dict[str, Artifact]:
         """The base model as a Hugging Face directory, the adapter in ``adapter/``, and a copy
         with the adapter merged in ``merged/``.
 
@@ -81,7 +97,7 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
     # -- tenant -----------------------------------------------------------------------------
     def client_step(
         self,
-        ctx: Context,
+        ctx: TenantContext,
         broadcast: Broadcast,
         data: TenantData,
         client_state: ClientState | None,
@@ -120,13 +136,15 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         )
         return self.finish_client(ctx, update, trained, broadcast, client_state, result)
 
-    def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
+    def evaluate(
+        self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
+    ) -> dict[str, float]:
         model = ctx.peft_model(broadcast.group("adapter"))
         loss = self._eval_loss(ctx, model, data)
         return {} if loss is None else {"eval_loss": loss}
 
     @staticmethod
-    def _eval_loss(ctx: Context, model: torch.nn.Module, data: TenantData) -> float | None:
+    def _eval_loss(ctx: TenantContext, model: torch.nn.Module, data: TenantData) -> float | None:
         if not data.eval:  # eval_fraction 0 or a tiny dataset: nothing held out
             return None
         return lm_eval_loss(model, ctx.eval_batches(ctx.encode(data.eval)))
@@ -144,7 +162,7 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
 
     def finish_client(
         self,
-        ctx: Context,
+        ctx: TenantContext,
         update: Update,
         trained: dict[str, torch.Tensor],
         broadcast: Broadcast,

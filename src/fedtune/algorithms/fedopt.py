@@ -22,7 +22,7 @@ from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.config.algorithms import FedOptConfig
 from fedtune.core.messages import ServerState, Update, prefixed
 from fedtune.core.registry import register
-from fedtune.training.context import Context
+from fedtune.training.context import ProviderContext
 
 
 @register("fedopt", "fedadagrad", "fedadam", "fedyogi")
@@ -33,14 +33,18 @@ class FedOpt(LoraFedAlgorithm[FedOptConfig]):
         c = self.config
         return ServerOptConfig(kind=c.optimizer, eta=c.eta, beta1=c.beta1, beta2=c.beta2, tau=c.tau)
 
-    def init_state(self, ctx: Context) -> ServerState:
+    def init_state(self, ctx: ProviderContext) -> ServerState:
         state = super().init_state(ctx)
         m, v = server_opt_init(state.group("adapter"), self._server_opt())
         state.tensors.update(prefixed("m", m) | prefixed("v", v))
         return state
 
     def aggregate(
-        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+        self,
+        ctx: ProviderContext,
+        state: ServerState,
+        updates: dict[str, Update],
+        round_index: int,
     ) -> ServerState:
         names = sorted(updates)
         x = state.group("adapter")

@@ -27,7 +27,7 @@ from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.config.algorithms import ScaffoldConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.core.registry import register
-from fedtune.training.context import Context
+from fedtune.training.context import ProviderContext, TenantContext
 from fedtune.training.local import TrainResult
 
 
@@ -37,13 +37,15 @@ class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
 
     update_groups = ("adapter", "control_delta")
 
-    def init_state(self, ctx: Context) -> ServerState:
+    def init_state(self, ctx: ProviderContext) -> ServerState:
         state = super().init_state(ctx)
         control = zeros_like(state.group("adapter"))
         state.tensors.update(prefixed("control", control))
         return state
 
-    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+    def configure_round(
+        self, ctx: ProviderContext, state: ServerState, round_index: int
+    ) -> Broadcast:
         broadcast = super().configure_round(ctx, state, round_index)
         broadcast.tensors.update(prefixed("control", state.group("control")))
         return broadcast
@@ -62,7 +64,7 @@ class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
 
     def finish_client(
         self,
-        ctx: Context,
+        ctx: TenantContext,
         update: Update,
         trained: dict[str, torch.Tensor],
         broadcast: Broadcast,
@@ -82,7 +84,11 @@ class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
         return update, ClientState(tensors=prefixed("control", c_i_plus), meta={})
 
     def aggregate(
-        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+        self,
+        ctx: ProviderContext,
+        state: ServerState,
+        updates: dict[str, Update],
+        round_index: int,
     ) -> ServerState:
         names = sorted(updates)
         x_new, c_new = scaffold_server_update(

@@ -111,13 +111,14 @@ def client_step_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dic
             rounds=1,
             local_steps=spec.steps,
         )
-        env = steps.StepEnv.create(job)
-        steps.init_step(env)
-        steps.configure_step(env, 1)
-        exchange = env.stores.exchange()
-        key = layout.update_key(1, tenant)
-        initial = Broadcast.load(exchange, layout.broadcast_key(1)).group("adapter")
-        encoded = env.ctx.encode(env.tenant_data(tenant).train)
+        provider = steps.ProviderEnv.create(job)
+        steps.init_step(provider)
+        steps.configure_step(provider, 1)
+        env = steps.TenantEnv.create(job, tenant)
+        exchange = env.exchange
+        key = layout.update_key(1)
+        initial = Broadcast.load(exchange, layout.round_broadcast_key(1)).group("adapter")
+        encoded = env.ctx.encode(env.data().train)
         seed = derive_seed(job.seed, "train", 1, tenant)
         tokens = sum(
             len(encoded[i]["input_ids"])
@@ -131,7 +132,7 @@ def client_step_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dic
                 if exchange.exists(key + suffix):
                     exchange.delete(key + suffix)
             started = time.perf_counter()
-            result = steps.client_step(env, 1, tenant)
+            result = steps.client_step(env, 1)
             return time.perf_counter() - started, float(result["meta"]["train_seconds"])
 
         platform_step()  # warm-up: builds and caches the model, as every later round finds it

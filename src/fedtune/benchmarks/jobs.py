@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from fedtune.config import parse_job
+from fedtune.config.algorithms import tenants_load_base
 from fedtune.config.job import JobConfig
 
 __all__ = ["ALL_LINEAR", "TrainingSettings", "bench_job"]
@@ -63,12 +64,16 @@ def bench_job(
     No tenant data is held out (``eval_fraction: 0``): the benchmarks score on the suite's
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline.
     """
+    model: dict[str, Any] = {"source": "pretrained", "uri": str(model_dir.resolve())}
+    if tenants_load_base(algorithm):
+        # The benchmark's base is public to every party: FedIT tenants read the same folder.
+        model["tenant_uri"] = model["uri"]
     return parse_job(
         {
             "name": name,
             "seed": seed,
             "workdir": str(workdir),
-            "model": {"source": "pretrained", "uri": str(model_dir.resolve())},
+            "model": model,
             "algorithm": {"name": algorithm, **dict(settings.algorithm_params.get(algorithm, {}))},
             "rounds": rounds,
             "min_clients": 1,

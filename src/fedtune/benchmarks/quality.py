@@ -184,8 +184,8 @@ class _Bench:
         """Run ``job``; score the global model of every evaluated round."""
         summary = run_job(job, NullTracker(), RunOptions(progress=False))
         train_loss = {r["round"]: r["train_loss"] for r in summary["rounds"]}
-        env = steps.StepEnv.create(job)
-        store = env.stores.exchange()
+        env = steps.ProviderEnv.create(job)
+        store = env.store()
         rows = []
         for round_index in self.spec.eval_rounds():
             state = ServerState.load(store, layout.state_key(round_index))
@@ -197,7 +197,7 @@ class _Bench:
         return rows
 
     def score_state(
-        self, env: steps.StepEnv, state: ServerState, workdir: str, round_index: int
+        self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
     ) -> Metrics:
         """Exact match and loss of the model a server state stands for."""
         from fedtune.algorithms.fedavg import LoraFedAlgorithm

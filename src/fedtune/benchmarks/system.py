@@ -170,10 +170,10 @@ def bytes_per_algorithm(workspace: Workspace, spec: SystemSpec, log: Log) -> lis
     for algorithm in spec.algorithms:
         with tempfile.TemporaryDirectory(prefix="fedtune-system-") as tmp:
             job, summary = _run_algorithm(workspace, spec, algorithm, 1, 1, Path(tmp))
-            exchange = steps.StepEnv.create(job).stores.exchange()
-            broadcast = Broadcast.load(exchange, layout.broadcast_key(1))
+            stores = steps.ProviderEnv.create(job).stores
+            broadcast = Broadcast.load(stores.provider(), layout.broadcast_key(1))
             tenants = summary["rounds"][0]["tenants"]
-            updates = {t: Update.load(exchange, layout.update_key(1, t)) for t in tenants}
+            updates = {t: Update.load(stores.exchange(t), layout.update_key(1)) for t in tenants}
         stored = max(v["bytes_received"] for v in tenants.values())
         raw = max(u.nbytes for u in updates.values())
         trainable = max(

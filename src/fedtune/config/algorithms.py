@@ -6,7 +6,7 @@ and one union member.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -16,11 +16,17 @@ from fedtune.config.base import StrictModel
 class FedAvgConfig(StrictModel):
     """FedAvg on LoRA adapters (McMahan et al. 2017; FedIT, Zhang et al. 2024)."""
 
+    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
+    tenants_load_base: ClassVar[bool] = True
+
     name: Literal["fedavg"] = Field(description="Algorithm name.")
 
 
 class FedProxConfig(StrictModel):
     """FedProx (Li et al. 2020): FedAvg plus a proximal term on the client."""
+
+    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
+    tenants_load_base: ClassVar[bool] = True
 
     name: Literal["fedprox"] = Field(description="Algorithm name.")
     mu: float = Field(
@@ -30,6 +36,9 @@ class FedProxConfig(StrictModel):
 
 class ScaffoldConfig(StrictModel):
     """SCAFFOLD option II (Karimireddy et al. 2020) with client control variates."""
+
+    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
+    tenants_load_base: ClassVar[bool] = True
 
     name: Literal["scaffold"] = Field(description="Algorithm name.")
     global_lr: float = Field(
@@ -43,6 +52,9 @@ class FedOptConfig(StrictModel):
     No bias correction, as in the paper. ``eta``/``tau`` defaults follow the paper's LoRA-scale
     sweeps rather than Flower's (eta=0.1, tau=1e-3 makes first steps several times the delta).
     """
+
+    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
+    tenants_load_base: ClassVar[bool] = True
 
     name: Literal["fedopt", "fedadagrad", "fedadam", "fedyogi"] = Field(
         description="fedadagrad / fedadam / fedyogi, or fedopt with an explicit server_optimizer."
@@ -114,6 +126,9 @@ class OffsiteFamilyConfig(StrictModel):
     The provider splits its model into an adapter (trained by tenants) and an emulator
     (a layer-dropped copy of the rest, aligned on public data by the provider only).
     """
+
+    #: Tenants never get the full model: only the emulator package in the broadcast.
+    tenants_load_base: ClassVar[bool] = False
 
     dropout: float = Field(
         0.2,
@@ -236,3 +251,15 @@ AlgorithmConfig = Annotated[
     | OffsiteTuningConfig,
     Field(discriminator="name"),
 ]
+
+
+def tenants_load_base(name: str) -> bool:
+    """Whether the tenants of algorithm ``name`` build the base model themselves.
+
+    Raises:
+        KeyError: No config section has that algorithm name.
+    """
+    for section in get_args(get_args(AlgorithmConfig)[0]):
+        if name in get_args(section.model_fields["name"].annotation):
+            return bool(section.tenants_load_base)
+    raise KeyError(name)

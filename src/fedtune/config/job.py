@@ -36,7 +36,19 @@ class PretrainedModelConfig(StrictModel):
     """A Hugging Face format directory (local path, file:// or s3:// URI)."""
 
     source: Literal["pretrained"] = Field(description="Load a Hugging Face directory.")
-    uri: str = Field(min_length=1, max_length=2048, description="Path or URI of the directory.")
+    uri: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Path or URI of the provider's directory. Only provider phases read it; "
+        "tenants are never given it.",
+    )
+    tenant_uri: str | None = Field(
+        None,
+        max_length=2048,
+        description="Where tenants read the base weights (FedIT family): a copy the provider "
+        "makes readable to tenants, e.g. a public mirror. Algorithms that never give tenants "
+        "the full model (fedbiot, fedot, offsite-tuning) refuse it.",
+    )
 
 
 ModelConfig = Annotated[TinyModelConfig | PretrainedModelConfig, Field(discriminator="source")]
@@ -176,7 +188,16 @@ class JobConfig(StrictModel):
         None, description="Public dataset the provider may train on (algorithms that need one)."
     )
     exchange_uri: str | None = Field(
-        None, description="Provider<->tenant exchange store (default: workdir/exchange)."
+        None,
+        description="Provider<->tenant exchange store, one prefix per tenant "
+        "(default: workdir/exchange).",
+    )
+    provider_store_uri: str | None = Field(
+        None,
+        max_length=2048,
+        description="The provider-private store: server states, round summaries, exports, "
+        "audit results; tenants never read it (default: workdir/provider; required when "
+        "exchange_uri is set).",
     )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Tracking.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Update bounds.")
@@ -195,6 +216,13 @@ class JobConfig(StrictModel):
                 f"tenants must not share a namespace (isolation); shared: {shared}; "
                 "give each tenant its own namespace"
             )
+        if self.exchange_uri and not self.provider_store_uri:
+            raise ValueError(
+                f"exchange_uri is set ({self.exchange_uri!r}) but provider_store_uri is not; "
+                "set provider_store_uri to a store tenants cannot read (server state, summaries "
+                "and exports live there, never in the exchange)"
+            )
+        self._check_tenant_base()
         per_round = self.sampled_per_round
         if per_round > len(self.tenants):
             raise ValueError(
@@ -207,6 +235,25 @@ class JobConfig(StrictModel):
                 "no round could reach the quorum — lower min_clients"
             )
         return self
+
+    def _check_tenant_base(self) -> None:
+        """Tenants read base weights only where the job names a tenant-readable copy."""
+        loads_base = type(self.algorithm).tenants_load_base
+        if not isinstance(self.model, PretrainedModelConfig):
+            return
+        if loads_base and not self.model.tenant_uri:
+            raise ValueError(
+                f"algorithm {self.algorithm.name!r} trains LoRA on the base model at each "
+                "tenant, but model.tenant_uri is not set (tenants never read model.uri); set "
+                "model.tenant_uri to a copy of the base weights tenants may read, or use "
+                "fedbiot, which ships tenants only a compressed emulator"
+            )
+        if not loads_base and self.model.tenant_uri:
+            raise ValueError(
+                f"algorithm {self.algorithm.name!r} must not give tenants the full model, but "
+                f"model.tenant_uri is set ({self.model.tenant_uri!r}); remove it (tenants get "
+                "the emulator package in the broadcast)"
+            )
 
     @property
     def sampled_per_round(self) -> int:

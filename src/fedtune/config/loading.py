@@ -16,9 +16,11 @@ from fedtune.core.errors import ConfigError
 _PATH_FIELDS: tuple[tuple[str, ...], ...] = (
     ("workdir",),
     ("exchange_uri",),
+    ("provider_store_uri",),
     ("public_data_uri",),
     ("tokenizer",),
     ("model", "uri"),
+    ("model", "tenant_uri"),
 )
 _TENANT_PATH_FIELDS = ("data_uri", "store_uri")
 

@@ -25,7 +25,7 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout, steps
-from fedtune.engines.local import RunOptions, preflight
+from fedtune.engines.local import RunOptions, discard_stored_run, preflight
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.storage.base import Store
 
@@ -34,13 +34,13 @@ log = logging.getLogger(__name__)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _prepare(store: Store, job: JobConfig, options: RunOptions) -> None:
+def _prepare(env: steps.ProviderEnv, options: RunOptions) -> None:
     """The local engine's rules for stored state: refuse, resume, or start fresh."""
+    store, job = env.store(), env.job
     if not store.exists(layout.RUN_KEY):
         return
     if options.fresh:
-        for key in store.list():
-            store.delete(key)
+        discard_stored_run(env)
     elif not options.resume:
         raise ConfigError(
             f"job {job.name!r} already has stored state at {store.uri}",
@@ -110,7 +110,7 @@ def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]
     """Run (or resume) a job through its compiled pipeline; return the run summary.
 
     Tracking happens inside the tasks (server init starts or resumes the MLflow run recorded
-    in the exchange store, aggregate logs each round, export registers and closes it).
+    in the provider store, aggregate logs each round, export registers and closes it).
     """
     from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
     from fedtune.entrypoints.server_init import initial_run_info
@@ -118,10 +118,10 @@ def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]
     from fedtune.pipelines.plan import plan_job
 
     options = options or RunOptions()
-    env = steps.StepEnv.create(job)
-    store = env.stores.exchange()
-    _prepare(store, job, options)
-    preflight(env)
+    env = steps.ProviderEnv.create(job)
+    store = env.store()
+    _prepare(env, options)
+    preflight(steps.TenantEnvs(job))
     last = min(job.rounds, options.until_round or job.rounds)
     start = _first_open_round(store, last)
     plan = plan_job(job, start, last - start + 1)

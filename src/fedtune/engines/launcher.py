@@ -34,7 +34,7 @@ from fedtune.engines.launcher_manifest import (
     build_job_manifest,
     load_deployment,
 )
-from fedtune.entrypoints.tenant_io import StepKind, eval_key, presign, step_objects
+from fedtune.entrypoints.tenant_io import StepKind, presign, step_objects
 from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -278,19 +278,22 @@ def run_tenant_step(
     Returns the step's result: for ``client`` the shape of
     :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``.
     """
-    if not (force_cluster or in_cluster()):
-        env = steps.StepEnv.create(job)
-        if kind == "client":
-            return steps.client_step(env, round_index, tenant)
-        return {"metrics": steps.evaluate_step(env, tenant)}
-    store = layout.JobStores(job).exchange()
     config = next((t for t in job.tenants if t.name == tenant), None)
     if config is None:
         raise ConfigError(f"no tenant named {tenant!r} in job {job.name!r}")
-    update = layout.update_key(round_index, tenant)
+    if kind == "evaluate":
+        # The provider's half of evaluation: what tenants may see of the final model.
+        steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
+    if not (force_cluster or in_cluster()):
+        env = steps.TenantEnv.create(job, tenant)
+        if kind == "client":
+            return steps.client_step(env, round_index)
+        return {"metrics": steps.evaluate_step(env)}
+    store = layout.JobStores(job).exchange(tenant)
+    update = layout.update_key(round_index)
     if kind == "client" and Update.stored(store, update):
         return _update_result(store, update, {"skipped": True})
-    evaluated = eval_key(job.rounds, tenant)
+    evaluated = layout.final_eval_key(job.rounds)
     if kind == "evaluate" and store.exists(evaluated):
         return {"metrics": store.get_json(evaluated), "skipped": True}
     deployment = load_deployment(config, tenants_file)

@@ -1,7 +1,17 @@
-"""Where each phase reads and writes: the keys of the exchange store and tenant stores.
+"""Where each phase reads and writes: three store scopes and their keys.
 
 One module owns the layout so the local engine, the KFP components and the tenant launcher
 agree on it. Every key lives under ``jobs/<job-name>/`` of its store.
+
+- **Provider-private** (``provider_store_uri``): server states, the provider's record of each
+  round's broadcast, round summaries, the final evaluation, exports and audit results.
+  Tenants never read it.
+- **Exchange** (``exchange_uri``): one prefix per tenant, ``tenants/<name>/``, holding only
+  what crosses the boundary for that tenant: each round's broadcast in and update out, and
+  the final broadcast in and evaluation out. A tenant step is handed a store confined to its
+  own prefix (or pre-signed URLs for exactly those keys), so it cannot address another
+  tenant's objects or anything of the provider's.
+- **Tenant-private** (``tenants[].store_uri``): the tenant's kept client state.
 """
 
 from __future__ import annotations
@@ -22,19 +32,20 @@ def round_tag(round_index: int) -> str:
     return f"round-{round_index:06d}"
 
 
+# -- provider-private store ------------------------------------------------------------------
 def state_key(round_index: int) -> str:
     """Server state after ``round_index`` (0 = initial state)."""
     return f"state/{round_tag(round_index)}"
 
 
 def broadcast_key(round_index: int) -> str:
-    """What the tenants receive in ``round_index``."""
+    """The provider's own record of what the tenants receive in ``round_index``."""
     return f"broadcast/{round_tag(round_index)}"
 
 
-def update_key(round_index: int, tenant: str) -> str:
-    """One tenant's update in ``round_index``."""
-    return f"updates/{round_tag(round_index)}/{tenant}"
+def final_broadcast_key(round_index: int) -> str:
+    """The provider's record of the final broadcast after ``round_index`` rounds."""
+    return f"broadcast/final-{round_tag(round_index)}"
 
 
 def summary_key(round_index: int) -> str:
@@ -42,13 +53,41 @@ def summary_key(round_index: int) -> str:
     return f"summary/{round_tag(round_index)}.json"
 
 
+RUN_KEY = "run.json"
+FINAL_EVAL_KEY = "summary/final-eval.json"
+ARTIFACTS_PREFIX = "artifacts"
+
+
+# -- exchange store: keys inside one tenant's prefix ---------------------------------------------
+def tenant_prefix(tenant: str) -> str:
+    """A tenant's prefix of the exchange store; everything it may read or write is below."""
+    return f"tenants/{tenant}"
+
+
+def round_broadcast_key(round_index: int) -> str:
+    """The round's broadcast, inside the tenant's exchange prefix."""
+    return f"{round_tag(round_index)}/broadcast"
+
+
+def update_key(round_index: int) -> str:
+    """The tenant's update of ``round_index``, inside its exchange prefix."""
+    return f"{round_tag(round_index)}/update"
+
+
+def final_tenant_broadcast_key(round_index: int) -> str:
+    """The final model as tenants may see it, inside the tenant's exchange prefix."""
+    return f"final-{round_tag(round_index)}/broadcast"
+
+
+def final_eval_key(round_index: int) -> str:
+    """The tenant's metrics of the final model, inside its exchange prefix."""
+    return f"final-{round_tag(round_index)}/eval.json"
+
+
+# -- tenant-private store -------------------------------------------------------------------
 def client_state_key(round_index: int) -> str:
     """A tenant's kept state after ``round_index`` (in the tenant's own store)."""
     return f"client-state/{round_tag(round_index)}"
-
-
-RUN_KEY = "run.json"
-FINAL_EVAL_KEY = "summary/final-eval.json"
 
 
 def latest_round(keys: list[str], before: int) -> int | None:
@@ -60,7 +99,7 @@ def latest_round(keys: list[str], before: int) -> int | None:
 
 @dataclass(frozen=True)
 class JobStores:
-    """The stores of one job: the exchange store and a resolver for tenants' own stores."""
+    """The stores of one job, one accessor per scope."""
 
     job: JobConfig
 
@@ -69,10 +108,19 @@ class JobStores:
         """The job's local work directory."""
         return Path(self.job.workdir)
 
-    def exchange(self) -> Store:
-        """Provider <-> tenant messages of this job."""
+    def provider(self) -> Store:
+        """The provider-private store of this job."""
+        root = self.job.provider_store_uri or str(self.workdir / "provider")
+        return open_store(root).child(f"jobs/{self.job.name}")
+
+    def exchange_root(self) -> Store:
+        """The whole exchange of this job (the provider's view: every tenant's prefix)."""
         root = self.job.exchange_uri or str(self.workdir / "exchange")
         return open_store(root).child(f"jobs/{self.job.name}")
+
+    def exchange(self, tenant: str) -> Store:
+        """One tenant's exchange prefix, confined: keys outside it are refused."""
+        return self.exchange_root().child(tenant_prefix(tenant))
 
     def tenant(self, tenant: TenantConfig) -> Store:
         """The tenant's private store (client state), confined to this job."""

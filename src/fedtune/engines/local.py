@@ -46,14 +46,20 @@ class RunOptions:
     progress: bool = True
 
 
-def _prepare_run(env: steps.StepEnv, options: RunOptions) -> dict[str, Any]:
-    store = env.stores.exchange()
+def discard_stored_run(env: steps.ProviderEnv) -> None:
+    """``--fresh``: delete the job's provider-private state and every tenant's exchange prefix."""
+    for store in (env.store(), env.stores.exchange_root()):
+        for key in store.list():
+            store.delete(key)
+
+
+def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> dict[str, Any]:
+    store = env.store()
     fingerprint = config_fingerprint(env.job)
     if store.exists(layout.RUN_KEY):
         info = store.get_json(layout.RUN_KEY)
         if options.fresh:
-            for key in store.list():
-                store.delete(key)
+            discard_stored_run(env)
         elif not options.resume:
             raise ConfigError(
                 f"job {env.job.name!r} already has stored state at {store.uri}",
@@ -72,12 +78,16 @@ def _prepare_run(env: steps.StepEnv, options: RunOptions) -> dict[str, Any]:
     return info
 
 
-def preflight(env: steps.StepEnv) -> None:
-    """Read every tenant's data once, so bad data fails before any training, all at once."""
+def preflight(tenants: steps.TenantEnvs) -> None:
+    """Read every tenant's data once, so bad data fails before any training, all at once.
+
+    A simulation convenience of the engines that run every tenant in this process; on a
+    cluster each tenant's pod reads only its own data.
+    """
     problems = []
-    for tenant in env.job.tenants:
+    for tenant in tenants.job.tenants:
         try:
-            env.tenant_data(tenant.name)
+            tenants[tenant.name].data()
         except FedtuneError as exc:
             problems.append(f"tenant {tenant.name}: {exc}")
     if problems:
@@ -90,10 +100,11 @@ def preflight(env: steps.StepEnv) -> None:
 
 def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()) -> dict[str, Any]:
     """Run (or resume) a job to its last round and export; return the run summary."""
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
+    tenants = steps.TenantEnvs(job)
     info = _prepare_run(env, options)
-    preflight(env)
-    store = env.stores.exchange()
+    preflight(tenants)
+    store = env.store()
     run_id = tracker.start(
         run_name=job.name,
         params={"job": job.model_dump(mode="json"), "algorithm": env.algorithm.params()},
@@ -110,11 +121,11 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         with _progress(options.progress) as bar:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
-                _run_round(env, round_index, tracker, bar)
+                _run_round(env, tenants, round_index, tracker, bar)
                 bar.advance(rounds_task)
         summary_extra: dict[str, Any] = {}
         if last == job.rounds:
-            summary_extra = _finish(env, tracker)
+            summary_extra = _finish(env, tenants, tracker)
         tracker.end("FINISHED")
     except BaseException:
         tracker.end("FAILED")
@@ -128,12 +139,12 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     )
 
 
-def log_initial_state(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
+def log_initial_state(env: steps.ProviderEnv, tracker: Tracker) -> dict[str, Any]:
     """Log what the algorithm's initial state records: ``run_info`` as params, metrics at 0.
 
     Returns ``run_info`` (facts such as FedBiOT's layer split) for the run summary.
     """
-    meta = env.stores.exchange().get_json(f"{layout.state_key(0)}.json")
+    meta = env.store().get_json(f"{layout.state_key(0)}.json")
     run_info = dict(meta.get("run_info") or {})
     if run_info:
         tracker.log_params({"run_info": run_info})
@@ -147,8 +158,14 @@ def log_initial_state(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
     return run_info
 
 
-def _run_round(env: steps.StepEnv, round_index: int, tracker: Tracker, bar: Progress) -> None:
-    store = env.stores.exchange()
+def _run_round(
+    env: steps.ProviderEnv,
+    tenants: steps.TenantEnvs,
+    round_index: int,
+    tracker: Tracker,
+    bar: Progress,
+) -> None:
+    store = env.store()
     if store.exists(layout.summary_key(round_index)) and store.exists(
         f"{layout.state_key(round_index)}.json"
     ):
@@ -162,7 +179,7 @@ def _run_round(env: steps.StepEnv, round_index: int, tracker: Tracker, bar: Prog
     for name in sampled:
         bar.update(task, description=f"round {round_index}: {name}")
         try:
-            clients[name] = steps.client_step(env, round_index, name)
+            clients[name] = steps.client_step(tenants[name], round_index)
         except FedtuneError as exc:
             # A tenant's failure costs its update, not the round: the quorum decides.
             log.error("client step of tenant %s failed: %s", name, exc)
@@ -177,15 +194,18 @@ def _run_round(env: steps.StepEnv, round_index: int, tracker: Tracker, bar: Prog
     tracker.log_metrics(record.metrics(), step=round_index)
 
 
-def _finish(env: steps.StepEnv, tracker: Tracker) -> dict[str, Any]:
+def _finish(env: steps.ProviderEnv, tenants: steps.TenantEnvs, tracker: Tracker) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export it, log and register it."""
-    final_eval = {t.name: steps.evaluate_step(env, t.name) for t in env.job.tenants}
-    env.stores.exchange().put_json(layout.FINAL_EVAL_KEY, final_eval)
+    final_eval = {}
+    for tenant in env.job.tenants:
+        steps.publish_final_step(env, tenant.name)
+        final_eval[tenant.name] = steps.evaluate_step(tenants[tenant.name])
+    env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
     return {"artifacts": export_and_register(env, tracker, final_eval), "final_eval": final_eval}
 
 
 def export_and_register(
-    env: steps.StepEnv, tracker: Tracker, final_eval: dict[str, dict[str, float]]
+    env: steps.ProviderEnv, tracker: Tracker, final_eval: dict[str, dict[str, float]]
 ) -> dict[str, Any]:
     """Log the final metrics, export the final models and register those marked so.
 

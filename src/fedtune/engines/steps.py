@@ -18,53 +18,126 @@ from typing import Any
 from fedtune.aggregation import validate_update
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
-from fedtune.core.errors import FedtuneError, QuorumError, UpdateRejected
+from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
-from fedtune.training.context import Context, TenantData, derive_seed, split_examples
+from fedtune.storage.base import Store
+from fedtune.training.context import (
+    ProviderContext,
+    SharedBase,
+    TenantContext,
+    TenantData,
+    derive_seed,
+    split_examples,
+)
 
 log = logging.getLogger(__name__)
 
-#: Artifact tag marking a model that must not leave the provider (never copied to the
-#: exchange store, which tenants read).
+#: Artifact tag marking a model that must never be shared with tenants (e.g. FedBiOT's AdapFu,
+#: which holds E*). Every export stays in the provider-private store; the tag travels to the
+#: registry so that whoever promotes or shares a version sees it.
 PROVIDER_ONLY_TAG = "provider_only"
 
 
 @dataclass
-class StepEnv:
-    """Everything a step needs: the job, its algorithm, phase context and stores."""
+class ProviderEnv:
+    """The provider's side of a job: its algorithm, its context and the job's stores."""
 
     job: JobConfig
     algorithm: Algorithm[Any]
-    ctx: Context
+    ctx: ProviderContext
     stores: layout.JobStores
-    _data: dict[str, TenantData] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def create(cls, job: JobConfig) -> StepEnv:
-        """Build the algorithm and context a job describes."""
+    def create(cls, job: JobConfig) -> ProviderEnv:
+        """Build the algorithm and provider context a job describes."""
+        stores = layout.JobStores(job)
         algorithm = get_algorithm(job.algorithm.name)(job.algorithm)
-        return cls(job=job, algorithm=algorithm, ctx=Context.from_job(job), stores=layout.JobStores(job))
+        return cls(
+            job=job,
+            algorithm=algorithm,
+            ctx=ProviderContext.from_job(job, store=stores.provider()),
+            stores=stores,
+        )
 
-    def tenant(self, name: str) -> TenantConfig:
-        """The named tenant's settings."""
-        for tenant in self.job.tenants:
-            if tenant.name == name:
-                return tenant
-        raise FedtuneError(f"no tenant named {name!r} in job {self.job.name!r}")
+    def store(self) -> Store:
+        """The provider-private store."""
+        return self.stores.provider()
 
-    def tenant_data(self, name: str) -> TenantData:
-        """The tenant's examples, read from its own data URI and split (cached)."""
-        if name not in self._data:
-            tenant = self.tenant(name)
-            fmt = None if tenant.data_format == "auto" else tenant.data_format
-            examples = read_examples(tenant.data_uri, fmt)
-            self._data[name] = split_examples(
-                examples, self.job.training.eval_fraction, self.job.seed, name
+
+@dataclass
+class TenantEnv:
+    """One tenant's side of a job: its context, its exchange prefix, its own store and data.
+
+    Nothing here reaches the provider's model URI or store: the exchange store is confined to
+    the tenant's prefix, and the context's only model source is what the job declares
+    readable by tenants.
+    """
+
+    job: JobConfig
+    algorithm: Algorithm[Any]
+    tenant: TenantConfig
+    ctx: TenantContext
+    exchange: Store
+    own: Store
+    _data: TenantData | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(
+        cls,
+        job: JobConfig,
+        tenant_name: str,
+        *,
+        exchange: Store | None = None,
+        shared: SharedBase | None = None,
+    ) -> TenantEnv:
+        """The tenant's env; ``exchange`` replaces its exchange prefix (a launched pod's mirror)."""
+        tenant = next((t for t in job.tenants if t.name == tenant_name), None)
+        if tenant is None:
+            raise ConfigError(
+                f"no tenant named {tenant_name!r} in job {job.name!r}",
+                fix=f"Use one of {sorted(t.name for t in job.tenants)}.",
             )
-        return self._data[name]
+        stores = layout.JobStores(job)
+        algorithm = get_algorithm(job.algorithm.name)(job.algorithm)
+        return cls(
+            job=job,
+            algorithm=algorithm,
+            tenant=tenant,
+            ctx=TenantContext.from_job(job, tenant_name, algorithm.tenants_load_base, shared),
+            exchange=exchange if exchange is not None else stores.exchange(tenant_name),
+            own=stores.tenant(tenant),
+        )
+
+    def data(self) -> TenantData:
+        """The tenant's examples, read from its own data URI and split (cached)."""
+        if self._data is None:
+            fmt = None if self.tenant.data_format == "auto" else self.tenant.data_format
+            examples = read_examples(self.tenant.data_uri, fmt)
+            self._data = split_examples(
+                examples, self.job.training.eval_fraction, self.job.seed, self.tenant.name
+            )
+        return self._data
+
+
+class TenantEnvs:
+    """Every tenant's env of one job in one process (the local engine's simulated tenants).
+
+    They share one cache of the tenant-readable base model, as tenants downloading the same
+    public copy would; nothing else is shared.
+    """
+
+    def __init__(self, job: JobConfig) -> None:
+        self.job = job
+        self._shared = SharedBase()
+        self._envs: dict[str, TenantEnv] = {}
+
+    def __getitem__(self, name: str) -> TenantEnv:
+        if name not in self._envs:
+            self._envs[name] = TenantEnv.create(self.job, name, shared=self._shared)
+        return self._envs[name]
 
 
 def sample_clients(job: JobConfig, round_index: int) -> list[str]:
@@ -77,9 +150,9 @@ def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     return sorted(rng.sample(names, k))
 
 
-def init_step(env: StepEnv) -> dict[str, Any]:
+def init_step(env: ProviderEnv) -> dict[str, Any]:
     """Provider: write the initial server state (skipped when it exists)."""
-    store = env.stores.exchange()
+    store = env.store()
     key = layout.state_key(0)
     if ServerState.stored(store, key):
         return {"skipped": True}
@@ -89,37 +162,64 @@ def init_step(env: StepEnv) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "bytes": written}
 
 
-def configure_step(env: StepEnv, round_index: int) -> dict[str, Any]:
-    """Provider: write round ``round_index``'s broadcast from the previous state."""
-    store = env.stores.exchange()
+def _copy_message(src: Store, src_key: str, dst: Store, dst_key: str) -> int:
+    """Copy a stored message byte for byte (JSON last: its presence marks it complete)."""
+    written = 0
+    for suffix in (".safetensors", ".json"):
+        data = src.get_bytes(src_key + suffix)
+        dst.put_bytes(dst_key + suffix, data)
+        written += len(data)
+    return written
+
+
+def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) -> int:
+    """Put the provider's recorded message into one tenant's exchange prefix (if missing)."""
+    exchange = env.stores.exchange(tenant)
+    if Broadcast.stored(exchange, tenant_key):
+        return _stored_size(exchange, tenant_key)
+    return _copy_message(env.store(), record_key, exchange, tenant_key)
+
+
+def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
+    """Provider: compute round ``round_index``'s broadcast and hand it to each sampled tenant.
+
+    The provider keeps its own record (which aggregation validates updates against) and
+    writes a copy into each sampled tenant's exchange prefix; a tenant can read only its own.
+    """
+    store = env.store()
     key = layout.broadcast_key(round_index)
+    out: dict[str, Any]
     if Broadcast.stored(store, key):
-        return {"skipped": True, "bytes": _stored_size(store, key)}
-    started = time.perf_counter()
-    state = ServerState.load(store, layout.state_key(round_index - 1))
-    broadcast = env.algorithm.configure_round(env.ctx, state, round_index)
-    written = broadcast.save(store, key)
-    return {"seconds": time.perf_counter() - started, "bytes": written, "raw_bytes": broadcast.nbytes}
+        out = {"skipped": True}
+    else:
+        started = time.perf_counter()
+        state = ServerState.load(store, layout.state_key(round_index - 1))
+        broadcast = env.algorithm.configure_round(env.ctx, state, round_index)
+        broadcast.save(store, key)
+        out = {"seconds": time.perf_counter() - started, "raw_bytes": broadcast.nbytes}
+    sizes = [
+        _publish(env, key, name, layout.round_broadcast_key(round_index))
+        for name in sample_clients(env.job, round_index)
+    ]
+    out["bytes"] = sizes[0] if sizes else 0  # per tenant: every sampled tenant gets one copy
+    return out
 
 
-def client_step(env: StepEnv, round_index: int, tenant_name: str) -> dict[str, Any]:
-    """Tenant: train on its own data; update to the exchange store, state to its own store."""
-    exchange = env.stores.exchange()
-    key = layout.update_key(round_index, tenant_name)
+def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
+    """Tenant: train on its own data; update to its exchange prefix, state to its own store."""
+    exchange = env.exchange
+    key = layout.update_key(round_index)
     if Update.stored(exchange, key):
         meta = exchange.get_json(f"{key}.json")
         return {"skipped": True, "bytes": _stored_size(exchange, key), "meta": meta}
     started = time.perf_counter()
-    tenant = env.tenant(tenant_name)
-    own = env.stores.tenant(tenant)
-    broadcast = Broadcast.load(exchange, layout.broadcast_key(round_index))
+    own = env.own
+    broadcast = Broadcast.load(exchange, layout.round_broadcast_key(round_index))
     previous = layout.latest_round(own.list("client-state/"), before=round_index)
     client_state = (
         ClientState.load(own, layout.client_state_key(previous)) if previous is not None else None
     )
-    update, new_state = env.algorithm.client_step(
-        env.ctx, broadcast, env.tenant_data(tenant_name), client_state
-    )
+    update, new_state = env.algorithm.client_step(env.ctx, broadcast, env.data(), client_state)
     # Kept state is versioned by round, so re-running a round after a crash reads the same
     # input state and rewrites the same output: the step stays idempotent.
     if new_state is not None:
@@ -143,15 +243,15 @@ def _prune_client_states(store: Any, keep_from: int) -> None:
 
 
 def collect_updates(
-    env: StepEnv, round_index: int, sampled: list[str], broadcast: Broadcast
+    env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
-    store = env.stores.exchange()
     expected = env.algorithm.expected_update_shapes(broadcast)
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
     for name in sampled:
-        key = layout.update_key(round_index, name)
+        store = env.stores.exchange(name)
+        key = layout.update_key(round_index)
         if not Update.stored(store, key):
             rejected[name] = "no update was delivered (the client step failed or did not run)"
             continue
@@ -173,18 +273,19 @@ def _check_sample_count(tenant: str, value: Any) -> None:
 
 
 def aggregate_step(
-    env: StepEnv, round_index: int, sampled: list[str], extra: dict[str, str] | None = None
+    env: ProviderEnv, round_index: int, sampled: list[str], extra: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Provider: validate the round's updates and write the next state if the quorum holds.
 
     ``extra`` carries reasons for tenants whose client step failed in this process. Nothing
     is written when the quorum fails, so the stored state stays that of the last good round.
     """
-    store = env.stores.exchange()
+    store = env.store()
     key = layout.state_key(round_index)
     if ServerState.stored(store, key):
         return {"skipped": True}
     started = time.perf_counter()
+    # Validated against the provider's own record, not the tenants' copies.
     broadcast = Broadcast.load(store, layout.broadcast_key(round_index))
     valid, rejected = collect_updates(env, round_index, sampled, broadcast)
     for name, reason in (extra or {}).items():
@@ -219,34 +320,50 @@ def _weighted(pairs: list[tuple[Any, int]]) -> float | None:
     return sum(v * n for v, n in usable) / total if total else None
 
 
-def final_state(env: StepEnv) -> ServerState:
+def final_state(env: ProviderEnv) -> ServerState:
     """The state after the job's last round."""
-    return ServerState.load(env.stores.exchange(), layout.state_key(env.job.rounds))
+    return ServerState.load(env.store(), layout.state_key(env.job.rounds))
 
 
-def evaluate_step(env: StepEnv, tenant_name: str) -> dict[str, float]:
-    """Tenant: metrics of the final model on its held-out split."""
-    state = final_state(env)
-    broadcast = Broadcast(tensors=state.tensors, meta={"round": env.job.rounds + 1})
-    return env.algorithm.evaluate(env.ctx, broadcast, env.tenant_data(tenant_name))
+def publish_final_step(env: ProviderEnv, tenant: str) -> dict[str, Any]:
+    """Provider: put what tenants may see of the final model into ``tenant``'s prefix.
+
+    The algorithm's :meth:`~fedtune.algorithms.base.Algorithm.final_broadcast` decides what
+    that is; no tenant ever receives a server state.
+    """
+    rounds = env.job.rounds
+    record = layout.final_broadcast_key(rounds)
+    store = env.store()
+    if not Broadcast.stored(store, record):
+        env.algorithm.final_broadcast(env.ctx, final_state(env)).save(store, record)
+    return {"bytes": _publish(env, record, tenant, layout.final_tenant_broadcast_key(rounds))}
 
 
-def export_step(env: StepEnv, out_dir: Path) -> dict[str, tuple[Artifact, str]]:
-    """Provider: write the final models locally and copy them to the exchange store.
+def evaluate_step(env: TenantEnv) -> dict[str, float]:
+    """Tenant: metrics of the final model on its held-out split, from the final broadcast.
 
-    Artifacts tagged ``provider_only: "true"`` are not copied (their URI is the local path).
-    Returns each artifact with the store URI of its copy.
+    The metrics (scalars only) go to the tenant's exchange prefix for the provider.
+    """
+    rounds = env.job.rounds
+    out_key = layout.final_eval_key(rounds)
+    if env.exchange.exists(out_key):
+        return dict(env.exchange.get_json(out_key))
+    broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(rounds))
+    metrics = env.algorithm.evaluate(env.ctx, broadcast, env.data())
+    env.exchange.put_json(out_key, metrics)
+    return metrics
+
+
+def export_step(env: ProviderEnv, out_dir: Path) -> dict[str, tuple[Artifact, str]]:
+    """Provider: write the final models locally and copy them to the provider-private store.
+
+    Exports never go to the exchange store. Returns each artifact with its store URI.
     """
     artifacts = env.algorithm.export(env.ctx, final_state(env), out_dir)
-    store = env.stores.exchange()
+    store = env.store()
     out: dict[str, tuple[Artifact, str]] = {}
     for name, artifact in artifacts.items():
-        if artifact.tags.get(PROVIDER_ONLY_TAG) == "true":
-            # The provider's own weights (e.g. FedBiOT's AdapFu holds E*): tenants can read
-            # the exchange store, so this stays in the provider's work directory and registry.
-            out[name] = (artifact, artifact.path.resolve().as_uri())
-            continue
-        prefix = f"artifacts/{name}"
+        prefix = f"{layout.ARTIFACTS_PREFIX}/{name}"
         for path in sorted(p for p in artifact.path.rglob("*") if p.is_file()):
             store.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())
         out[name] = (artifact, f"{store.uri.rstrip('/')}/{prefix}")

@@ -5,7 +5,7 @@
 The client markers say which tenants delivered and why the others did not; the quorum rule
 and update validation are those of :func:`fedtune.engines.steps.aggregate_step`. The round's
 record (the same :class:`~fedtune.engines.summary.RoundRecord` the local engine writes) goes
-to the exchange store and its metrics to the tracker.
+to the provider-private store and its metrics to the tracker.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def run(
     client_markers: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Aggregate round ``round_index`` and store its record; return the state marker."""
-    env = steps.StepEnv.create(job)
-    store = env.stores.exchange()
+    env = steps.ProviderEnv.create(job)
+    store = env.store()
     sampled = steps.sample_clients(job, round_index)
     summary_key = layout.summary_key(round_index)
     if store.exists(summary_key) and ServerState.stored(store, layout.state_key(round_index)):

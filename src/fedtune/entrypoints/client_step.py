@@ -70,7 +70,7 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
         urls = tenant_io.read_urls(expected)
         return tenant_io.run_presigned(job, "client", args.round, args.tenant, urls)
     # Never the launcher here: this process may itself be the launched pod.
-    return steps.client_step(steps.StepEnv.create(job), args.round, args.tenant)
+    return steps.client_step(steps.TenantEnv.create(job, args.tenant), args.round)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -18,7 +18,7 @@ from fedtune.entrypoints import common
 def run(job: JobConfig, round_index: int) -> dict[str, Any]:
     """Write round ``round_index``'s broadcast (skipped when stored); return its marker."""
     started_at = time.time()
-    result = steps.configure_step(steps.StepEnv.create(job), round_index)
+    result = steps.configure_step(steps.ProviderEnv.create(job), round_index)
     # started_at lets the aggregate step report the round's wall time across pods.
     return {"round": round_index, "started_at": started_at, "configure": result}
 

@@ -54,7 +54,7 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
         expected = tenant_io.step_objects("evaluate", job, job.rounds, args.tenant)
         urls = tenant_io.read_urls(expected)
         return tenant_io.run_presigned(job, "evaluate", job.rounds, args.tenant, urls)
-    return {"metrics": steps.evaluate_step(steps.StepEnv.create(job), args.tenant)}
+    return {"metrics": steps.evaluate_step(steps.TenantEnv.create(job, args.tenant))}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

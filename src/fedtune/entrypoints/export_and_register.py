@@ -18,13 +18,13 @@ from fedtune.engines.local import export_and_register
 from fedtune.entrypoints import common
 
 ARTIFACTS_KEY = "summary/artifacts.json"
-"""Where the exported artifacts' URIs and registry versions are stored (exchange store)."""
+"""Where the exported artifacts' URIs and registry versions are stored (provider store)."""
 
 
 def run(job: JobConfig, eval_markers: list[dict[str, Any]]) -> dict[str, Any]:
     """Store the final evaluation, export and register the final models; return the record."""
-    env = steps.StepEnv.create(job)
-    store = env.stores.exchange()
+    env = steps.ProviderEnv.create(job)
+    store = env.store()
     by_tenant = {m["tenant"]: dict(m["metrics"]) for m in eval_markers}
     final_eval = {t.name: by_tenant[t.name] for t in job.tenants if t.name in by_tenant}
     store.put_json(layout.FINAL_EVAL_KEY, final_eval)

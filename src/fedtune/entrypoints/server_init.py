@@ -25,7 +25,7 @@ from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
 
 
-def _check_plan(env: steps.StepEnv, plan: PipelinePlan) -> None:
+def _check_plan(env: steps.ProviderEnv, plan: PipelinePlan) -> None:
     problems = plan.mismatches(env.job)
     if problems:
         raise ConfigError(
@@ -35,17 +35,17 @@ def _check_plan(env: steps.StepEnv, plan: PipelinePlan) -> None:
             "`fedtune compile JOB.yaml -o PIPELINE.yaml` and upload the new pipeline.",
         )
     previous = plan.start_round - 1
-    if previous and not ServerState.stored(env.stores.exchange(), layout.state_key(previous)):
+    if previous and not ServerState.stored(env.store(), layout.state_key(previous)):
         raise ConfigError(
-            f"this run starts at round {plan.start_round}, but the exchange store "
-            f"{env.stores.exchange().uri} holds no server state of round {previous}",
+            f"this run starts at round {plan.start_round}, but the provider store "
+            f"{env.store().uri} holds no server state of round {previous}",
             fix=f"Run rounds 1-{previous} first (a run with --start-round 1), then this one.",
         )
 
 
-def _start_tracking(env: steps.StepEnv) -> tuple[Tracker, str]:
+def _start_tracking(env: steps.ProviderEnv) -> tuple[Tracker, str]:
     """Check the stored run record, then create or resume the tracker run."""
-    store = env.stores.exchange()
+    store = env.store()
     fingerprint = config_fingerprint(env.job)
     info: dict[str, Any] = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
     if info and info.get("fingerprint") != fingerprint:
@@ -80,7 +80,7 @@ def initial_run_info(store: Store) -> dict[str, Any]:
 
 def run(job: JobConfig, plan: PipelinePlan | None = None) -> dict[str, Any]:
     """Check the job, start tracking and write the initial state; return the state marker."""
-    env = steps.StepEnv.create(job)
+    env = steps.ProviderEnv.create(job)
     if plan is not None:
         _check_plan(env, plan)
     tracker, run_id = _start_tracking(env)

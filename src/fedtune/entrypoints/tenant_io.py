@@ -2,8 +2,9 @@
 
 On Kubernetes the provider's launcher never hands a tenant pod the exchange store's
 credentials. It pre-signs a GET URL for each object the step reads (the round's broadcast, or
-the final state for evaluation) and a PUT URL for each object it writes (the tenant's update,
-or its metrics), and passes them in ``$FEDTUNE_PRESIGNED``. The pod mirrors what it reads into
+the final broadcast for evaluation) and a PUT URL for each object it writes (the tenant's
+update, or its metrics), all inside that tenant's exchange prefix and for that one round, and
+passes them in ``$FEDTUNE_PRESIGNED``. The pod mirrors what it reads into
 a private local exchange store, runs the very same step function, then uploads what the step
 wrote, checksum sidecars included, the JSON half of a message last (its presence marks the
 message complete). URLs are capabilities: they are never logged.
@@ -37,11 +38,6 @@ _ATTEMPTS = 3
 _TIMEOUT_S = 120.0
 
 
-def eval_key(round_index: int, tenant: str) -> str:
-    """Where a tenant's evaluation of the state after ``round_index`` lands (exchange store)."""
-    return f"eval/{layout.round_tag(round_index)}/{tenant}.json"
-
-
 def _message_blobs(key: str) -> list[str]:
     # Tensors first, JSON last: a reader treats the JSON as the mark of a complete message.
     return [f"{key}.safetensors", f"{key}.json"]
@@ -50,19 +46,26 @@ def _message_blobs(key: str) -> list[str]:
 def step_objects(
     kind: StepKind, job: JobConfig, round_index: int, tenant: str
 ) -> tuple[list[str], list[str]]:
-    """The exchange-store blobs a tenant step reads and writes (sidecars implied)."""
+    """The blobs a tenant step reads and writes, as keys inside the tenant's exchange prefix
+    (sidecars implied)."""
     if kind == "client":
         return (
-            _message_blobs(layout.broadcast_key(round_index)),
-            _message_blobs(layout.update_key(round_index, tenant)),
+            _message_blobs(layout.round_broadcast_key(round_index)),
+            _message_blobs(layout.update_key(round_index)),
         )
-    return _message_blobs(layout.state_key(job.rounds)), [eval_key(job.rounds, tenant)]
+    return (
+        _message_blobs(layout.final_tenant_broadcast_key(job.rounds)),
+        [layout.final_eval_key(job.rounds)],
+    )
 
 
 def presign(
     store: Store, gets: list[str], puts: list[str], expires_s: int
 ) -> dict[str, dict[str, str]]:
-    """GET URLs for ``gets`` and PUT URLs for ``puts``, each blob with its sidecar."""
+    """GET URLs for ``gets`` and PUT URLs for ``puts``, each blob with its sidecar.
+
+    ``store`` is the tenant's exchange prefix, so every URL is confined to it.
+    """
     return {
         "get": {
             k: store.presigned_url(k, method="get", expires_s=expires_s)
@@ -140,10 +143,12 @@ def run_presigned(
     job: JobConfig, kind: StepKind, round_index: int, tenant: str, urls: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
     """Fetch the step's inputs, run it against a private local exchange, upload its outputs."""
+    from fedtune.storage import open_store
+
     gets, puts = step_objects(kind, job, round_index, tenant)
     with tempfile.TemporaryDirectory(prefix="fedtune-exchange-") as tmp:
-        env = steps.StepEnv.create(job.model_copy(update={"exchange_uri": tmp}))
-        store = env.stores.exchange()
+        store = open_store(tmp)
+        env = steps.TenantEnv.create(job, tenant, exchange=store)
         for key in gets:
             data = _request(urls["get"][key], key, "GET")
             recorded = _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET").decode().strip()
@@ -153,10 +158,9 @@ def run_presigned(
                 )
             store.put_bytes(key, data)
         if kind == "client":
-            result = steps.client_step(env, round_index, tenant)
+            result = steps.client_step(env, round_index)
         else:
-            result = {"metrics": steps.evaluate_step(env, tenant)}
-            store.put_json(eval_key(job.rounds, tenant), result["metrics"])
+            result = {"metrics": steps.evaluate_step(env)}
         for key in puts:
             data = store.get_bytes(key)
             _request(urls["put"][key], key, "PUT", data)
@@ -171,10 +175,29 @@ def run_presigned(
 
 
 def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
-    """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange URI."""
+    """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange or
+    provider store URI, no public data URI, and not the provider's model URI."""
+    from fedtune.config.job import PretrainedModelConfig
+
     tenants = [
         t if t.name == tenant else t.model_copy(update={"data_uri": "redacted", "store_uri": None})
         for t in job.tenants
     ]
     tracking = job.tracking.model_copy(update={"backend": "none", "tracking_uri": None})
-    return job.model_copy(update={"tenants": tenants, "tracking": tracking, "exchange_uri": None})
+    model = job.model
+    if isinstance(model, PretrainedModelConfig):
+        model = model.model_copy(update={"uri": REDACTED})
+    return job.model_copy(
+        update={
+            "tenants": tenants,
+            "tracking": tracking,
+            "exchange_uri": None,
+            "provider_store_uri": None,
+            "public_data_uri": None,
+            "model": model,
+        }
+    )
+
+
+REDACTED = "redacted"
+"""What stands in a tenant's copy of the job for URIs only the provider may know."""

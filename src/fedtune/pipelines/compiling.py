@@ -28,6 +28,11 @@ def cluster_problems(job: JobConfig, settings: ClusterSettings) -> list[str]:
             f"exchange_uri is {job.exchange_uri!r}: provider and tenant pods share no disk; "
             "set an s3:// URI"
         )
+    if not _is_s3(job.provider_store_uri):
+        problems.append(
+            f"provider_store_uri is {job.provider_store_uri!r}: server state must outlive each "
+            "provider pod; set an s3:// URI tenants cannot read"
+        )
     for tenant in job.tenants:
         if not _is_s3(tenant.data_uri):
             problems.append(

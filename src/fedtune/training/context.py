@@ -1,22 +1,43 @@
-"""The runtime context a phase receives: narrow config sections plus cached heavy objects.
+"""The two runtime contexts: what the provider's phases may reach, and what a tenant's may.
+
+The boundary between provider and tenants is kept by construction. A phase receives exactly
+one of these objects, and each can only reach its own party's things:
+
+- :class:`ProviderContext` (``init_state``, ``configure_round``, ``aggregate``,
+  ``final_broadcast``, ``export``): the base model at ``model.uri``, the public dataset and
+  the provider-private store.
+- :class:`TenantContext` (``client_step``, ``evaluate``): the tenant's own name and seeds,
+  and a tokenizer and base weights only from the broadcast package (:meth:`adopt_tokenizer`)
+  or from what the job declares readable by tenants (a tiny model's config, or
+  ``model.tenant_uri``). It is built from a :class:`TenantBase`, which never holds
+  ``model.uri``: tenant code has no path to the provider's checkpoint.
 
 Building the tokenizer and the base model is the expensive part of a phase; a context keeps
-them for the life of the process (one pod on Kubernetes, the whole job in the local engine).
-Every phase still rebuilds its trainable state from the messages it receives, so caching never
-changes results.
+them for the life of the process. Every phase still rebuilds its trainable state from the
+messages it receives, so caching never changes results.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedtune.config.job import JobConfig, LoraConfig, ModelConfig, TinyModelConfig, TrainingConfig
+from fedtune.config.job import (
+    JobConfig,
+    LoraConfig,
+    ModelConfig,
+    PretrainedModelConfig,
+    TinyModelConfig,
+    TrainingConfig,
+)
+from fedtune.core.errors import ConfigError, ModelError, StoreError
 from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
@@ -50,141 +71,51 @@ def split_examples(
     return TenantData(tenant=tenant, train=kept, eval=held)
 
 
+def build_model(config: ModelConfig | str, tokenizer_spec: str) -> tuple[torch.nn.Module, Any]:
+    """A frozen base model and its tokenizer from a tiny config or a model directory URI."""
+    from fedtune.models.loading import load_pretrained
+    from fedtune.models.tiny import build_tiny_model
+    from fedtune.models.tokenizer import load_tokenizer
+
+    if isinstance(config, TinyModelConfig):
+        tokenizer = load_tokenizer("builtin" if tokenizer_spec == "auto" else tokenizer_spec)
+        model = build_tiny_model(
+            config.arch,
+            vocab_size=len(tokenizer),
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            max_position_embeddings=config.max_position_embeddings,
+            seed=config.init_seed,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    else:
+        uri = config.uri if isinstance(config, PretrainedModelConfig) else config
+        model, tokenizer = load_pretrained(uri)
+        if tokenizer_spec != "auto":
+            tokenizer = load_tokenizer(tokenizer_spec)
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model, tokenizer
+
+
+def _arch_of(model: torch.nn.Module) -> str:
+    return "gpt2" if getattr(model.config, "model_type", "") == "gpt2" else "llama"
+
+
 @dataclass
-class Context:
-    """What phases need beyond their messages: config sections, tokenizer, base model."""
+class _Encoding:
+    """Tokenization and batching shared by both contexts (needs ``tokenizer()``)."""
 
     seed: int
-    model_config: ModelConfig
     lora_config: LoraConfig
     training: TrainingConfig
-    tokenizer_spec: str = "auto"
-    num_tenants: int = 1
-    public_data_uri: str | None = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def from_job(cls, job: JobConfig) -> Context:
-        """The sections of ``job`` that phases read."""
-        return cls(
-            seed=job.seed,
-            model_config=job.model,
-            lora_config=job.lora,
-            training=job.training,
-            tokenizer_spec=job.tokenizer,
-            num_tenants=len(job.tenants),
-            public_data_uri=job.public_data_uri,
-        )
-
-    # -- heavy objects, built once per process ------------------------------------------
-    @property
-    def arch(self) -> str:
-        """``llama`` or ``gpt2``: decides LoRA targets and layer names."""
-        if isinstance(self.model_config, TinyModelConfig):
-            return self.model_config.arch
-        model_type = self.base_model().config.model_type
-        return "gpt2" if model_type == "gpt2" else "llama"
-
-    def tokenizer(self) -> Any:
-        """The job's tokenizer."""
-        if "tokenizer" not in self._cache:
-            self._load_base()
-        return self._cache["tokenizer"]
-
-    def base_model(self) -> torch.nn.Module:
-        """The frozen base model (never trained in place)."""
-        if "base" not in self._cache:
-            self._load_base()
-        return self._cache["base"]
-
-    def _load_base(self) -> None:
-        model, tokenizer = self.build_base()
-        self._cache["base"] = model
-        self._cache["tokenizer"] = tokenizer
-
-    def build_base(self) -> tuple[torch.nn.Module, Any]:
-        """A new, uncached copy of the frozen base model and its tokenizer.
-
-        The cached base model is wrapped by PEFT in place once LoRA is applied; export uses
-        this to write pristine base weights beside the adapter.
-        """
-        from fedtune.models.loading import load_pretrained
-        from fedtune.models.tiny import build_tiny_model
-        from fedtune.models.tokenizer import load_tokenizer
-
-        config = self.model_config
-        if isinstance(config, TinyModelConfig):
-            spec = "builtin" if self.tokenizer_spec == "auto" else self.tokenizer_spec
-            tokenizer = load_tokenizer(spec)
-            model = build_tiny_model(
-                config.arch,
-                vocab_size=len(tokenizer),
-                hidden_size=config.hidden_size,
-                num_layers=config.num_layers,
-                num_heads=config.num_heads,
-                intermediate_size=config.intermediate_size,
-                max_position_embeddings=config.max_position_embeddings,
-                seed=config.init_seed,
-                bos_token_id=tokenizer.bos_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        else:
-            model, tokenizer = load_pretrained(config.uri)
-            if self.tokenizer_spec not in ("auto",):
-                tokenizer = load_tokenizer(self.tokenizer_spec)
-        for param in model.parameters():
-            param.requires_grad_(False)
-        return model, tokenizer
-
-    def peft_model(self, adapter: dict[str, torch.Tensor] | None = None) -> Any:
-        """The base model wrapped with LoRA; with ``adapter``, those weights are loaded.
-
-        Without ``adapter`` the LoRA weights are freshly initialised from the job seed (the
-        initial global adapter).
-        """
-        if "peft" not in self._cache:
-            torch.manual_seed(derive_seed(self.seed, "lora-init"))
-            self._cache["peft"] = lora_helpers.apply_lora(
-                self.base_model(),
-                r=self.lora_config.r,
-                alpha=self.lora_config.alpha,
-                dropout=self.lora_config.dropout,
-                target_modules=self.lora_config.target_modules,
-                arch=self.arch,
-            )
-            self._cache["peft-init"] = lora_helpers.adapter_state(self._cache["peft"])
-        model = self._cache["peft"]
-        lora_helpers.set_adapter_state(model, adapter if adapter is not None else self._cache["peft-init"])
-        model.eval()
-        return model
-
-    # -- data -------------------------------------------------------------------------------
-    def public_examples(self) -> list[Example]:
-        """The provider's public dataset (the job's ``public_data_uri``), read once.
-
-        Raises:
-            ConfigError: ``public_data_uri`` is not set, or names nothing readable.
-            DataError: A record of the dataset is malformed.
-        """
-        from fedtune.core.errors import ConfigError, StoreError
-        from fedtune.data.loader import read_examples
-
-        if "public" not in self._cache:
-            if not self.public_data_uri:
-                raise ConfigError(
-                    "public_data_uri is not set, but the algorithm trains on a public dataset",
-                    fix="Set public_data_uri in the job file to a JSON Lines dataset the provider "
-                    "may use (e.g. examples/data/quickstart/public.jsonl).",
-                )
-            try:
-                self._cache["public"] = read_examples(self.public_data_uri)
-            except StoreError as exc:
-                raise ConfigError(
-                    f"public_data_uri={self.public_data_uri!r} cannot be read: {exc}",
-                    fix="Point public_data_uri at an existing JSON Lines file or object.",
-                ) from exc
-        return list(self._cache["public"])
+    def tokenizer(self) -> Any:  # pragma: no cover - both subclasses override
+        raise NotImplementedError
 
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
         """Tokenize examples with response-only labels."""
@@ -205,3 +136,244 @@ class Context:
         size = self.training.batch_size
         for start in range(0, len(encoded), size):
             yield collate(list(encoded[start : start + size]), pad_id)
+
+    def _peft(self, cache: dict[str, Any], base: torch.nn.Module, arch: str, adapter: Any) -> Any:
+        """The base wrapped with LoRA (once); ``adapter`` loaded, else the seeded initial one."""
+        if "peft" not in cache:
+            torch.manual_seed(derive_seed(self.seed, "lora-init"))
+            cache["peft"] = lora_helpers.apply_lora(
+                base,
+                r=self.lora_config.r,
+                alpha=self.lora_config.alpha,
+                dropout=self.lora_config.dropout,
+                target_modules=self.lora_config.target_modules,
+                arch=arch,
+            )
+            cache["peft-init"] = lora_helpers.adapter_state(cache["peft"])
+        model = cache["peft"]
+        lora_helpers.set_adapter_state(model, adapter if adapter is not None else cache["peft-init"])
+        model.eval()
+        return model
+
+
+@dataclass
+class ProviderContext(_Encoding):
+    """The provider's phases: its base model, its public data, its private store."""
+
+    model_config: ModelConfig = field(default=None)  # type: ignore[assignment]
+    tokenizer_spec: str = "auto"
+    num_tenants: int = 1
+    public_data_uri: str | None = None
+    store: Any = None  # the provider-private Store (states, summaries, exports)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_job(cls, job: JobConfig, store: Any = None) -> ProviderContext:
+        """The sections of ``job`` the provider's phases read."""
+        return cls(
+            seed=job.seed,
+            lora_config=job.lora,
+            training=job.training,
+            model_config=job.model,
+            tokenizer_spec=job.tokenizer,
+            num_tenants=len(job.tenants),
+            public_data_uri=job.public_data_uri,
+            store=store,
+        )
+
+    @property
+    def arch(self) -> str:
+        """``llama`` or ``gpt2``: decides LoRA targets and layer names."""
+        if isinstance(self.model_config, TinyModelConfig):
+            return self.model_config.arch
+        return _arch_of(self.base_model())
+
+    def tokenizer(self) -> Any:
+        """The job's tokenizer."""
+        if "tokenizer" not in self._cache:
+            self._load_base()
+        return self._cache["tokenizer"]
+
+    def base_model(self) -> torch.nn.Module:
+        """The frozen base model (never trained in place)."""
+        if "base" not in self._cache:
+            self._load_base()
+        return self._cache["base"]
+
+    def _load_base(self) -> None:
+        self._cache["base"], self._cache["tokenizer"] = self.build_base()
+
+    def build_base(self) -> tuple[torch.nn.Module, Any]:
+        """A new, uncached copy of the frozen base model and its tokenizer.
+
+        The cached base model is wrapped by PEFT in place once LoRA is applied; export uses
+        this to write pristine base weights beside the adapter.
+        """
+        return build_model(self.model_config, self.tokenizer_spec)
+
+    def peft_model(self, adapter: dict[str, torch.Tensor] | None = None) -> Any:
+        """The base model wrapped with LoRA; with ``adapter``, those weights are loaded.
+
+        Without ``adapter`` the LoRA weights are freshly initialised from the job seed (the
+        initial global adapter).
+        """
+        return self._peft(self._cache, self.base_model(), self.arch, adapter)
+
+    def public_examples(self) -> list[Example]:
+        """The provider's public dataset (the job's ``public_data_uri``), read once.
+
+        Raises:
+            ConfigError: ``public_data_uri`` is not set, or names nothing readable.
+            DataError: A record of the dataset is malformed.
+        """
+        from fedtune.data.loader import read_examples
+
+        if "public" not in self._cache:
+            if not self.public_data_uri:
+                raise ConfigError(
+                    "public_data_uri is not set, but the algorithm trains on a public dataset",
+                    fix="Set public_data_uri in the job file to a JSON Lines dataset the provider "
+                    "may use (e.g. examples/data/quickstart/public.jsonl).",
+                )
+            try:
+                self._cache["public"] = read_examples(self.public_data_uri)
+            except StoreError as exc:
+                raise ConfigError(
+                    f"public_data_uri={self.public_data_uri!r} cannot be read: {exc}",
+                    fix="Point public_data_uri at an existing JSON Lines file or object.",
+                ) from exc
+        return list(self._cache["public"])
+
+
+@dataclass(frozen=True)
+class TenantBase:
+    """What a job declares readable by tenants: a tiny model's config, or ``model.tenant_uri``.
+
+    ``model`` is ``None`` when tenants get nothing but the broadcast (FedBiOT and its
+    baselines): then every weight and the tokenizer must come from the package.
+    """
+
+    model: TinyModelConfig | str | None
+    tokenizer_spec: str = "auto"
+
+    @classmethod
+    def from_job(cls, job: JobConfig, tenants_load_base: bool) -> TenantBase:
+        """The tenant-readable base of ``job`` (never ``model.uri``)."""
+        if not tenants_load_base:
+            return cls(model=None, tokenizer_spec=job.tokenizer)
+        if isinstance(job.model, TinyModelConfig):
+            return cls(model=job.model, tokenizer_spec=job.tokenizer)
+        return cls(model=job.model.tenant_uri, tokenizer_spec=job.tokenizer)
+
+
+class SharedBase:
+    """A tenant-readable base model cached once per process for simulated tenants.
+
+    In the local engine several tenants run in one process; the base they may all read (a
+    tiny config or ``model.tenant_uri``) is loaded once and shared, like a public download.
+    """
+
+    def __init__(self) -> None:
+        self.cache: dict[str, Any] = {}
+
+
+@dataclass
+class TenantContext(_Encoding):
+    """A tenant's phases: the broadcast's package, the tenant's data, its own store.
+
+    There is no method that reaches ``model.uri``: the only model source is :attr:`base`.
+    """
+
+    tenant: str = ""
+    base: TenantBase = field(default_factory=lambda: TenantBase(model=None))
+    shared: SharedBase = field(default_factory=SharedBase, repr=False)
+    _package_tokenizer: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_job(
+        cls, job: JobConfig, tenant: str, tenants_load_base: bool, shared: SharedBase | None = None
+    ) -> TenantContext:
+        """The context of ``tenant``: job seeds, LoRA and training settings, tenant base."""
+        return cls(
+            seed=job.seed,
+            lora_config=job.lora,
+            training=job.training,
+            tenant=tenant,
+            base=TenantBase.from_job(job, tenants_load_base),
+            shared=shared or SharedBase(),
+        )
+
+    # -- the package's tokenizer ------------------------------------------------------------
+    def adopt_tokenizer(self, files: Mapping[str, torch.Tensor]) -> None:
+        """Use the tokenizer files a broadcast package carries (uint8 tensors by file name)."""
+        self._package_tokenizer = tokenizer_from_tensors(files)
+
+    def tokenizer(self) -> Any:
+        """The package's tokenizer if one was adopted, else the tenant-readable base's."""
+        if self._package_tokenizer is not None:
+            return self._package_tokenizer
+        return self._load()[1]
+
+    # -- the tenant-readable base -------------------------------------------------------------
+    @property
+    def arch(self) -> str:
+        """``llama`` or ``gpt2`` of the tenant-readable base."""
+        if isinstance(self.base.model, TinyModelConfig):
+            return self.base.model.arch
+        return _arch_of(self.base_model())
+
+    def base_model(self) -> torch.nn.Module:
+        """The frozen tenant-readable base model."""
+        return self._load()[0]
+
+    def peft_model(self, adapter: dict[str, torch.Tensor] | None = None) -> Any:
+        """The tenant-readable base wrapped with LoRA, ``adapter`` loaded (see ProviderContext)."""
+        return self._peft(self._cache(), self.base_model(), self.arch, adapter)
+
+    def _cache(self) -> dict[str, Any]:
+        key = repr(self.base)
+        return self.shared.cache.setdefault(key, {})
+
+    def _load(self) -> tuple[torch.nn.Module, Any]:
+        if self.base.model is None:
+            raise ModelError(
+                f"tenant {self.tenant!r}: this algorithm gives tenants no base model, and no "
+                "tokenizer was adopted from the broadcast package",
+                fix="The algorithm's client step must build its model from the broadcast "
+                "(this is a bug in the algorithm, not in the job).",
+            )
+        cache = self._cache()
+        if "base" not in cache:
+            cache["base"], cache["tokenizer"] = build_model(self.base.model, self.base.tokenizer_spec)
+        return cache["base"], cache["tokenizer"]
+
+
+# -- tokenizer files as tensors (how a package carries them) ------------------------------------
+def tokenizer_to_tensors(tokenizer: Any) -> dict[str, torch.Tensor]:
+    """Every file ``save_pretrained`` writes, as a uint8 tensor named by the file name."""
+    with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {
+            path.name: torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8).clone()
+            for path in sorted(Path(tmp).iterdir())
+            if path.is_file()
+        }
+
+
+def tokenizer_from_tensors(files: Mapping[str, torch.Tensor]) -> Any:
+    """Load a tokenizer from the files :func:`tokenizer_to_tensors` packed.
+
+    Raises:
+        ModelError: The files are not a loadable tokenizer (or a name is not a plain file).
+    """
+    from fedtune.models.tokenizer import load_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
+        for name, tensor in files.items():
+            if "/" in name or name.startswith(".") or tensor.dtype != torch.uint8:
+                raise ModelError(
+                    f"the package's tokenizer file {name!r} is not a plain file of bytes",
+                    fix="The provider and tenant must run the same fedtune version.",
+                )
+            (Path(tmp) / name).write_bytes(tensor.numpy().tobytes())
+        return load_tokenizer(tmp)

@@ -13,18 +13,18 @@ from fedtune.algorithms.fedbiot.server import Provider
 from fedtune.config.algorithms import FedBiOTConfig
 from fedtune.config.job import LoraConfig, TinyModelConfig, TrainingConfig
 from fedtune.models.layers import layer_extract
-from fedtune.training.context import Context
+from fedtune.training.context import ProviderContext
 
 PUBLIC = Path(__file__).resolve().parents[3] / "examples" / "data" / "quickstart" / "public.jsonl"
 
 
-def tiny_context(arch: str = "llama", num_layers: int = 6, **kwargs: Any) -> Context:
+def tiny_context(arch: str = "llama", num_layers: int = 6, **kwargs: Any) -> ProviderContext:
     """A context whose base model has sharp next-token distributions (so KL is not ~0).
 
     A freshly initialised model predicts almost uniformly, which makes every KL tiny; scaling
     the LM head and the residual writes makes layers and the adapter matter.
     """
-    ctx = Context(
+    ctx = ProviderContext(
         seed=5,
         model_config=TinyModelConfig(
             source="tiny",
@@ -53,7 +53,7 @@ def tiny_context(arch: str = "llama", num_layers: int = 6, **kwargs: Any) -> Con
 def make_provider() -> Callable[..., Provider]:
     """A FedBiOT provider (s=2, dropout 0.5) with algorithm fields overridden by keywords."""
 
-    def build(ctx: Context | None = None, **fields: Any) -> Provider:
+    def build(ctx: ProviderContext | None = None, **fields: Any) -> Provider:
         ctx = ctx or tiny_context()
         config = FedBiOTConfig(name="fedbiot", **{"dropout": 0.5, **fields})
         split = layer_extract(ctx.model_config.num_layers, config.adapter_size, config.dropout)  # type: ignore[union-attr]

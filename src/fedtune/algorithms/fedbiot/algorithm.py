@@ -29,7 +29,7 @@ from fedtune.config.algorithms import (
     OffsiteFamilyConfig,
     OffsiteTuningConfig,
 )
-from fedtune.core.errors import ConfigError
+from fedtune.core.errors import ConfigError, ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import register
 from fedtune.models.layers import (
@@ -38,7 +38,7 @@ from fedtune.models.layers import (
     locate_layers,
     offsite_split,
 )
-from fedtune.training.context import Context, TenantData
+from fedtune.training.context import ProviderContext, TenantContext, TenantData
 
 C = TypeVar("C", bound=OffsiteFamilyConfig)
 
@@ -64,28 +64,39 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
         """The adapter size as recorded in tags."""
         return "first2+last2"
 
-    def check_job(self, ctx: Context) -> None:
+    def check_job(self, ctx: ProviderContext) -> None:
         """Reject job shapes the algorithm does not define."""
 
-    def provider(self, ctx: Context) -> server.Provider:
+    def provider(self, ctx: ProviderContext) -> server.Provider:
         """The provider's view of the model under this algorithm's split."""
         layout = locate_layers(ctx.base_model())
         return server.Provider.create(self.config, ctx, self.split(layout.num_layers))
 
     # -- provider ---------------------------------------------------------------------------
-    def init_state(self, ctx: Context) -> ServerState:
+    def init_state(self, ctx: ProviderContext) -> ServerState:
         self.check_job(ctx)
         return server.initial_state(self.provider(ctx), self.align_steps)
 
-    def configure_round(self, ctx: Context, state: ServerState, round_index: int) -> Broadcast:
+    def configure_round(
+        self, ctx: ProviderContext, state: ServerState, round_index: int
+    ) -> Broadcast:
         return server.broadcast(self.provider(ctx), state, round_index)
 
     def aggregate(
-        self, ctx: Context, state: ServerState, updates: dict[str, Update], round_index: int
+        self,
+        ctx: ProviderContext,
+        state: ServerState,
+        updates: dict[str, Update],
+        round_index: int,
     ) -> ServerState:
         return server.next_state(self.provider(ctx), state, updates, round_index, self.align_steps)
 
-    def export(self, ctx: Context, state: ServerState, out_dir: Path) -> dict[str, Artifact]:
+    def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
+        return server.final_broadcast(self.provider(ctx), state)
+
+    def export(
+        self, ctx: ProviderContext, state: ServerState, out_dir: Path
+    ) -> dict[str, Artifact]:
         tags = {
             "algorithm": str(getattr(self.config, "name", type(self).__name__.lower())),
             "round": str(state.meta.get("round", 0)),
@@ -98,30 +109,28 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
     # -- tenant -----------------------------------------------------------------------------
     def client_step(
         self,
-        ctx: Context,
+        ctx: TenantContext,
         broadcast: Broadcast,
         data: TenantData,
         client_state: ClientState | None,
     ) -> tuple[Update, ClientState | None]:
         return client.client_step(self.config, self.eps, ctx, broadcast, data, client_state)
 
-    def evaluate(self, ctx: Context, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
-        """AdapEmu on the tenant's held-out split.
-
-        Takes a round's broadcast (with the full package) or, as the engine's final
-        evaluation passes, the final server state; the frozen tensors then come from the
-        provider's model in this process.
-        """
-        if broadcast.meta.get("has_full"):
-            blueprint = Blueprint.from_json(broadcast.meta["blueprint"])
-            package = broadcast.group("full")
-        else:
-            provider = self.provider(ctx)
-            blueprint = provider.blueprint
-            package = {**provider.frozen(), **broadcast.group("emulator")}
+    def evaluate(
+        self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
+    ) -> dict[str, float]:
+        """AdapEmu on the tenant's held-out split, from a self-contained (final) broadcast."""
+        if not broadcast.meta.get("has_full"):
+            raise ModelError(
+                f"round {broadcast.meta.get('round')}: the broadcast to evaluate carries no full "
+                "package",
+                fix="Evaluate the final broadcast (final_broadcast), which always carries one.",
+            )
+        blueprint = Blueprint.from_json(broadcast.meta["blueprint"])
+        ctx.adopt_tokenizer(broadcast.group("tokenizer"))
         model = client.adapemu(
             blueprint,
-            package,
+            broadcast.group("full"),
             broadcast.group("adapter"),
             ctx.lora_config,
             self.config.adapter_training == "lora",
@@ -160,7 +169,7 @@ class FedOT(OffsiteFamily[FedOTConfig]):
 class OffsiteTuning(OffsiteFamily[OffsiteTuningConfig]):
     """FedOT with exactly one tenant that holds all the data."""
 
-    def check_job(self, ctx: Context) -> None:
+    def check_job(self, ctx: ProviderContext) -> None:
         if ctx.num_tenants != 1:
             raise ConfigError(
                 f"offsite-tuning is single-client, but the job has {ctx.num_tenants} tenants",

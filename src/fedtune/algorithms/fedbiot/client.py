@@ -33,7 +33,7 @@ from fedtune.eval.generation import generate_greedy
 from fedtune.eval.gsm8k import exact_match
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.models import lora as lora_helpers
-from fedtune.training.context import Context, TenantData, derive_seed
+from fedtune.training.context import TenantContext, TenantData, derive_seed
 from fedtune.training.local import plan_steps, proximal_term, train_local
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def gsm8k_exact_match(
 
 
 def evaluate_adapemu(
-    ctx: Context, model: Any, data: TenantData, config: OffsiteFamilyConfig
+    ctx: TenantContext, model: Any, data: TenantData, config: OffsiteFamilyConfig
 ) -> dict[str, float]:
     """AdapEmu's held-out loss (and GSM8K exact match when it applies) on a tenant's split."""
     if not data.eval:
@@ -128,7 +128,7 @@ def evaluate_adapemu(
 def client_step(
     config: OffsiteFamilyConfig,
     eps: float,
-    ctx: Context,
+    ctx: TenantContext,
     broadcast: Broadcast,
     data: TenantData,
     kept: ClientState | None,
@@ -137,6 +137,17 @@ def client_step(
     round_index = int(broadcast.meta["round"])
     blueprint = Blueprint.from_json(broadcast.meta["blueprint"])
     package, received, how = receive(broadcast, kept)
+    tokenizer = broadcast.group("tokenizer") or ({} if kept is None else kept.group("tokenizer"))
+    if not tokenizer:
+        raise ModelError(
+            f"round {round_index}: neither the broadcast nor the tenant's kept package carries "
+            "the tokenizer",
+            fix="Delete the tenant's client-state/ folder and resume: the provider then sends "
+            "the full package with its tokenizer.",
+        )
+    ctx.adopt_tokenizer(tokenizer)
+    if how == "full":
+        received += transport.nbytes(broadcast.group("tokenizer"))
     global_adapter = broadcast.group("adapter")
     lora_mode = config.adapter_training == "lora"
     model = adapemu(blueprint, package, global_adapter, ctx.lora_config, lora_mode)
@@ -189,7 +200,7 @@ def client_step(
         },
     )
     state = ClientState(
-        tensors=prefixed("package", package),
+        tensors={**prefixed("package", package), **prefixed("tokenizer", tokenizer)},
         meta={"version": int(broadcast.meta["package_version"])},
     )
     return update, state

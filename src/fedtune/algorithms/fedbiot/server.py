@@ -47,7 +47,12 @@ from fedtune.models.layers import (
     unique_state,
 )
 from fedtune.models.loading import save_pretrained_dir
-from fedtune.training.context import Context, derive_seed, split_examples
+from fedtune.training.context import (
+    ProviderContext,
+    derive_seed,
+    split_examples,
+    tokenizer_to_tensors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +64,15 @@ class Provider:
     """What the provider's phases share: config, blueprint and the base model's tensors."""
 
     config: OffsiteFamilyConfig
-    ctx: Context
+    ctx: ProviderContext
     blueprint: Blueprint
     base: Tensors  # alias-free base state, base names (E* lives only here)
     _public: tuple[list[Encoded], list[Encoded]] | None = field(default=None, repr=False)
 
     @classmethod
-    def create(cls, config: OffsiteFamilyConfig, ctx: Context, split: LayerSplit) -> Provider:
+    def create(
+        cls, config: OffsiteFamilyConfig, ctx: ProviderContext, split: LayerSplit
+    ) -> Provider:
         """Locate the layers of the provider's model and bind the split to it."""
         model = ctx.base_model()
         layout = locate_layers(model)
@@ -88,6 +95,10 @@ class Provider:
         if self.lora_mode:
             names += self.names("adapter")
         return select(self.base, names)
+
+    def tokenizer_files(self) -> Tensors:
+        """The tokenizer's files as uint8 tensors: tenants get the tokenizer in the package."""
+        return tokenizer_to_tensors(self.ctx.tokenizer())
 
     def initial_adapter(self) -> Tensors:
         """The trainable adapter before round 1: the base layers, or a fresh seeded LoRA."""
@@ -247,9 +258,12 @@ def broadcast(provider: Provider, state: ServerState, round_index: int) -> Broad
     if latest is not None:
         tensors.update(prefixed("delta", delta))
     full: Tensors = {}
+    tokenizer: Tensors = {}
     if full_needed:
         full = {**provider.frozen(), **view}
+        tokenizer = provider.tokenizer_files()
         tensors.update(prefixed("full", full))
+        tensors.update(prefixed("tokenizer", tokenizer))
     return Broadcast(
         tensors=tensors,
         meta={
@@ -263,7 +277,31 @@ def broadcast(provider: Provider, state: ServerState, round_index: int) -> Broad
                 "adapter": transport.nbytes(adapter),
                 "delta": transport.nbytes(delta) if latest is not None else 0,
                 "full": transport.nbytes(full),
+                "tokenizer": transport.nbytes(tokenizer),
             },
+        },
+    )
+
+
+def final_broadcast(provider: Provider, state: ServerState) -> Broadcast:
+    """What tenants evaluate after the last round: the full package with the exact emulator.
+
+    Self-contained (a fresh tenant pod holds nothing): frozen tensors, the final emulator,
+    the adapter and the tokenizer files. No bookkeeping of the server state (holders, the
+    tenants' rounded view) is included.
+    """
+    full = {**provider.frozen(), **state.group("emulator")}
+    return Broadcast(
+        tensors={
+            **prefixed("adapter", state.group("adapter")),
+            **prefixed("full", full),
+            **prefixed("tokenizer", provider.tokenizer_files()),
+        },
+        meta={
+            "round": int(state.meta.get("round", 0)) + 1,
+            "final": True,
+            "has_full": True,
+            "blueprint": provider.blueprint.to_json(),
         },
     )
 
