@@ -218,9 +218,10 @@ def test_a_laptop_job_cannot_be_compiled_for_a_cluster_and_every_problem_is_list
             two_tenant_job(tmp_path / "w", tracking={"backend": "mlflow"}), tmp_path / "p.yaml"
         )
     text = str(info.value)
-    assert "6 problem(s)" in text  # exchange, 2 data, 2 stores, tracking
+    assert "7 problem(s)" in text  # exchange, provider store, 2 data, 2 stores, tracking
     for needle in (
         "exchange_uri",
+        "provider_store_uri",
         "tenant-a.data_uri",
         "tenant-b.store_uri",
         "tracking.tracking_uri",
