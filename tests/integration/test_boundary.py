@@ -42,7 +42,7 @@ OFFSITE_FAMILY = {"pre_distill_steps": 2, "dropout": 0.5}
 CLIENT_CASES: dict[str, dict[str, Any]] = {
     "fedavg": {"name": "fedavg"},
     "fedprox": {"name": "fedprox", "mu": 0.1},
-    "scaffold": {"name": "scaffold"},
+    "scaffold": {"name": "scaffold", "allow_non_sgd_optimizer": True},
     "fedopt": {"name": "fedopt"},
     "fedadagrad": {"name": "fedadagrad"},
     "fedadam": {"name": "fedadam"},
@@ -232,7 +232,7 @@ def _check_key_scopes(job: JobConfig, table: dict[Path, frozenset[str]]) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
 def test_fedit_runs_leak_nothing_across_the_boundary(make: Any, algorithm: str) -> None:
-    job = _run(make, algorithm={"name": algorithm}, rounds=2)
+    job = _run(make, algorithm=CLIENT_CASES[algorithm], rounds=2)
     workdir = Path(job.workdir)
     tenants = [t.name for t in job.tenants]
     table = readability_table(workdir, tenants)

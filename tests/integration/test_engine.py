@@ -84,39 +84,88 @@ def test_resume_with_changed_config_is_refused(tmp_path: Path) -> None:
         run_job(changed, NullTracker(), RunOptions(progress=False, resume=True))
 
 
-def _poison(tenant: str, value: float | None = float("nan"), shape_bug: bool = False):  # type: ignore[no-untyped-def]
+def _tamper(tenant: str, change):  # type: ignore[no-untyped-def]
+    """FedAvg's client step, with ``change(update)`` applied to ``tenant``'s update."""
     original = FedAvg.client_step
 
     def step(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
         update, state = original(self, ctx, broadcast, data, client_state)
         if data.tenant == tenant:
-            name = sorted(update.tensors)[0]
-            if shape_bug:
-                update.tensors[name] = torch.zeros(3, 3)
-            else:
-                update.tensors[name] = update.tensors[name].clone().fill_(value)
+            change(update)
         return update, state
 
     return step
 
 
+def _first(change):  # type: ignore[no-untyped-def]
+    def apply(update):  # type: ignore[no-untyped-def]
+        name = sorted(update.tensors)[0]
+        update.tensors[name] = change(update.tensors[name])
+
+    return apply
+
+
+def _meta(**fields):  # type: ignore[no-untyped-def]
+    return lambda update: update.meta.update(fields)
+
+
+def _poison(tenant: str, value: float | None = float("nan"), shape_bug: bool = False):  # type: ignore[no-untyped-def]
+    if shape_bug:
+        return _tamper(tenant, _first(lambda t: torch.zeros(3, 3)))
+    return _tamper(tenant, _first(lambda t: t.clone().fill_(value)))
+
+
+def _oversized(update):  # type: ignore[no-untyped-def]
+    update.tensors["adapter/smuggled"] = torch.zeros(1024)
+
+
 @pytest.mark.parametrize(
-    ("poison", "reason"),
+    ("change", "reason"),
     [
-        (_poison("tenant-b"), "non-finite"),
-        (_poison("tenant-b", shape_bug=True), "shape"),
+        pytest.param(_first(lambda t: t.clone().fill_(float("nan"))), "non-finite", id="nan"),
+        pytest.param(_first(lambda t: torch.zeros(3, 3)), "shape", id="wrong-shape"),
+        pytest.param(_first(lambda t: t.to(torch.bfloat16)), "dtype torch.bfloat16, expected torch.float32", id="bf16-dtype"),
+        pytest.param(_first(lambda t: t.to(torch.float64)), "dtype torch.float64", id="fp64-dtype"),
+        pytest.param(_oversized, "unexpected keys", id="extra-tensor"),
+        pytest.param(_meta(num_samples=10**9), "exceeds its cap of 1000000", id="absurd-samples"),
+        pytest.param(_meta(num_samples=0), "positive integer", id="zero-samples"),
+        pytest.param(_meta(num_samples=-5), "positive integer", id="negative-samples"),
+        pytest.param(_meta(num_samples=2.5), "positive integer", id="float-samples"),
     ],
-    ids=["nan", "wrong-shape"],
 )
 def test_bad_update_is_rejected_and_round_continues(
-    make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch, poison, reason: str  # type: ignore[no-untyped-def]
+    make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch, change, reason: str  # type: ignore[no-untyped-def]
 ) -> None:
-    monkeypatch.setattr(FedAvg, "client_step", poison)
+    monkeypatch.setattr(FedAvg, "client_step", _tamper("tenant-b", change))
     summary = run_job(make_job(rounds=1, min_clients=2), NullTracker(), QUIET)
     record = summary["rounds"][0]
     assert record["accepted"] == ["tenant-a", "tenant-c"]
     assert "tenant-b" in record["rejected"]
-    assert reason in record["rejected"]["tenant-b"].lower()
+    assert reason.lower() in record["rejected"]["tenant-b"].lower()
+
+
+def test_an_update_over_the_byte_bound_is_rejected(
+    make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def bloat(update):  # type: ignore[no-untyped-def]
+        update.tensors["adapter/ballast"] = torch.zeros(64 * 1024)  # 256 KiB
+
+    monkeypatch.setattr(FedAvg, "client_step", _tamper("tenant-b", bloat))
+    job = make_job(rounds=1, min_clients=2, limits={"max_update_bytes": 64 * 1024})
+    record = run_job(job, NullTracker(), QUIET)["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-c"]
+    assert "exceeds the bound of 65536 bytes" in record["rejected"]["tenant-b"]
+
+
+def test_a_tenants_declared_bound_caps_its_sample_claim(
+    make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_dict = make_job().model_dump(mode="json")
+    job_dict["tenants"][1]["max_samples"] = 5  # tenant-b declares at most 5 records
+    monkeypatch.setattr(FedAvg, "client_step", _tamper("tenant-b", _meta(num_samples=6)))
+    job = parse_job({**job_dict, "rounds": 1, "min_clients": 2})
+    record = run_job(job, NullTracker(), QUIET)["rounds"][0]
+    assert "num_samples=6 exceeds its cap of 5" in record["rejected"]["tenant-b"]
 
 
 def test_quorum_failure_leaves_stored_state_untouched(

@@ -69,7 +69,7 @@ def test_scaffold_first_round_equals_fedavg(tmp_path: Path, equal_size_data: Pat
 def test_scaffold_keeps_client_control_variate_in_tenant_store(
     make_job: Callable[..., JobConfig],
 ) -> None:
-    job = make_job(algorithm={"name": "scaffold"})
+    job = make_job(algorithm={"name": "scaffold"}, training={"local_steps": 2, "batch_size": 4, "lr": 0.01, "optimizer": "sgd", "max_seq_len": 160})
     run(job)
     stores = layout.JobStores(job)
     exchange_keys = stores.exchange_root().list()
@@ -107,7 +107,7 @@ def test_adaptive_fedopt_moves_away_from_fedavg(make_job: Callable[..., JobConfi
 def test_tenant_store_keeps_only_the_states_a_rerun_needs(
     make_job: Callable[..., JobConfig],
 ) -> None:
-    job = make_job(rounds=3, algorithm={"name": "scaffold"})
+    job = make_job(rounds=3, algorithm={"name": "scaffold"}, training={"local_steps": 2, "batch_size": 4, "lr": 0.01, "optimizer": "sgd", "max_seq_len": 160})
     run(job)
     own = layout.JobStores(job).tenant(job.tenants[0])
     kept = sorted({k.rsplit(".", 1)[0] for k in own.list("client-state/")})

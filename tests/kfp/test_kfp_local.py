@@ -33,7 +33,11 @@ def final_state(job) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 def test_kfp_local_run_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
-    settings = {"rounds": 2, "algorithm": {"name": "scaffold"}}
+    settings = {
+        "rounds": 2,
+        "algorithm": {"name": "scaffold"},
+        "training": {"local_steps": 2, "batch_size": 4, "lr": 0.01, "optimizer": "sgd"},
+    }
     local_job = two_tenant_job(tmp_path / "local", **settings)
     kfp_job = two_tenant_job(tmp_path / "kfp", **settings)
 

@@ -25,9 +25,13 @@ from fedtune.aggregation.state_ops import (
     weighted_mean,
     zeros_like,
 )
-from fedtune.aggregation.validation import update_nbytes, validate_update
+from fedtune.aggregation.validation import TensorSpec, update_nbytes, validate_update
+from fedtune.aggregation.weights import WeightMode, client_weights
 
 __all__ = [
+    "TensorSpec",
+    "WeightMode",
+    "client_weights",
     "ServerOptConfig",
     "ServerOptKind",
     "TensorDict",

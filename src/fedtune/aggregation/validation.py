@@ -10,6 +10,7 @@ the quorum.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
@@ -24,6 +25,14 @@ def _listing(keys: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """What one update tensor must look like: the broadcast tensor's shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
 def update_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
     """Payload size of a state dict in bytes (elements times element size)."""
     return sum(t.numel() * t.element_size() for t in tensors.values())
@@ -32,7 +41,7 @@ def update_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
 def validate_update(
     tenant: str,
     tensors: Mapping[str, object],
-    expected: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, TensorSpec | tuple[int, ...]],
     max_bytes: int,
 ) -> None:
     """Reject an update whose keys, shapes, dtypes, values or size are not acceptable.
@@ -40,13 +49,14 @@ def validate_update(
     Args:
         tenant: The tenant that sent the update (named in the error).
         tensors: The update, parameter name to tensor.
-        expected: Parameter name to expected shape (from the broadcast).
+        expected: Parameter name to expected spec (shape and dtype, from the broadcast), or
+            to a bare shape when any floating dtype is acceptable.
         max_bytes: Upper bound on the total tensor payload in bytes.
 
     Raises:
         UpdateRejected: One message listing every problem found: missing keys, unexpected
             keys, wrong shapes (expected vs got), values that are not tensors, non-floating
-            dtypes, NaN/Inf counts per tensor, and the total size when over ``max_bytes``.
+            dtypes, dtypes other than the broadcast's (a bf16 update of an fp32 adapter), NaN/Inf counts per tensor, and the total size when over ``max_bytes``.
     """
     problems: list[str] = []
     missing = sorted(set(expected) - set(tensors))
@@ -63,12 +73,15 @@ def validate_update(
             problems.append(f"{key!r} is a {type(value).__name__}, not a tensor")
             continue
         real[key] = value
-        if key in expected and tuple(value.shape) != tuple(expected[key]):
-            problems.append(
-                f"{key!r} has shape {tuple(value.shape)}, expected {tuple(expected[key])}"
-            )
+        spec = expected.get(key)
+        shape = spec.shape if isinstance(spec, TensorSpec) else spec
+        if shape is not None and tuple(value.shape) != tuple(shape):
+            problems.append(f"{key!r} has shape {tuple(value.shape)}, expected {tuple(shape)}")
         if not value.is_floating_point():
             problems.append(f"{key!r} has non-floating dtype {value.dtype}")
+            continue
+        if isinstance(spec, TensorSpec) and value.dtype != spec.dtype:
+            problems.append(f"{key!r} has dtype {value.dtype}, expected {spec.dtype}")
             continue
         n_nan = int(torch.isnan(value).sum())
         n_inf = int(torch.isinf(value).sum())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
+from fedtune.aggregation import TensorSpec, client_weights
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.training.context import ProviderContext, TenantContext, TenantData
 
@@ -98,13 +99,18 @@ class Algorithm(ABC, Generic[C]):
         """
         return bool(getattr(type(self.config), "tenants_load_base", True))
 
-    def expected_update_shapes(self, broadcast: Broadcast) -> dict[str, tuple[int, ...]]:
-        """Names and shapes a valid update must carry (checked before aggregation)."""
-        shapes: dict[str, tuple[int, ...]] = {}
+    def expected_update_shapes(self, broadcast: Broadcast) -> dict[str, TensorSpec]:
+        """Names, shapes and dtypes a valid update must carry (checked before aggregation)."""
+        specs: dict[str, TensorSpec] = {}
         for group in self.update_groups:
             for name, tensor in broadcast.group("adapter").items():
-                shapes[f"{group}/{name}"] = tuple(tensor.shape)
-        return shapes
+                specs[f"{group}/{name}"] = TensorSpec(tuple(tensor.shape), tensor.dtype)
+        return specs
+
+    def client_weights(self, updates: dict[str, Update], names: list[str]) -> list[float]:
+        """Weights of ``names``' updates in the mean: by num_samples, or uniform by config."""
+        mode = getattr(self.config, "aggregation_weights", "samples")
+        return client_weights(mode, [int(updates[n].meta["num_samples"]) for n in names])
 
     def params(self) -> dict[str, Any]:
         """Hyperparameters to record with the run."""

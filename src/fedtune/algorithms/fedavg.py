@@ -53,8 +53,7 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
     ) -> ServerState:
         names = sorted(updates)
         mean = weighted_mean(
-            [updates[n].group("adapter") for n in names],
-            [float(updates[n].meta["num_samples"]) for n in names],
+            [updates[n].group("adapter") for n in names], self.client_weights(updates, names)
         )
         return ServerState(tensors=prefixed("adapter", mean), meta={"round": round_index})
 

@@ -50,7 +50,7 @@ class FedOpt(LoraFedAlgorithm[FedOptConfig]):
         x = state.group("adapter")
         delta = weighted_mean(
             deltas([updates[n].group("adapter") for n in names], x),
-            [float(updates[n].meta["num_samples"]) for n in names],
+            self.client_weights(updates, names),
             names=names,
         )
         x_new, m, v = server_opt_step(x, delta, state.group("m"), state.group("v"), self._server_opt())

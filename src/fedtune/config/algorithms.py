@@ -13,7 +13,18 @@ from pydantic import Field, model_validator
 from fedtune.config.base import StrictModel
 
 
-class FedAvgConfig(StrictModel):
+class WeightedMeanConfig(StrictModel):
+    """Algorithms whose aggregation is a weighted mean of client updates."""
+
+    aggregation_weights: Literal["samples", "uniform"] = Field(
+        "samples",
+        description="How client updates are weighted: by their num_samples (FedAvg, capped by "
+        "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
+        "dominate by its claimed sample count).",
+    )
+
+
+class FedAvgConfig(WeightedMeanConfig):
     """FedAvg on LoRA adapters (McMahan et al. 2017; FedIT, Zhang et al. 2024)."""
 
     #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
@@ -22,7 +33,7 @@ class FedAvgConfig(StrictModel):
     name: Literal["fedavg"] = Field(description="Algorithm name.")
 
 
-class FedProxConfig(StrictModel):
+class FedProxConfig(WeightedMeanConfig):
     """FedProx (Li et al. 2020): FedAvg plus a proximal term on the client."""
 
     #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
@@ -35,7 +46,13 @@ class FedProxConfig(StrictModel):
 
 
 class ScaffoldConfig(StrictModel):
-    """SCAFFOLD option II (Karimireddy et al. 2020) with client control variates."""
+    """SCAFFOLD option II (Karimireddy et al. 2020) with client control variates.
+
+    Its server update averages client models and control deltas uniformly (Algorithm 1,
+    lines 16-17), so it has no ``aggregation_weights``. Its control variate assumes plain SGD
+    local steps: a job with another client optimizer is refused unless
+    ``allow_non_sgd_optimizer`` is set.
+    """
 
     #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
     tenants_load_base: ClassVar[bool] = True
@@ -44,9 +61,15 @@ class ScaffoldConfig(StrictModel):
     global_lr: float = Field(
         1.0, gt=0.0, le=10.0, description="Server learning rate eta_g in x += eta_g * mean(y_i - x)."
     )
+    allow_non_sgd_optimizer: bool = Field(
+        False,
+        description="Run with training.optimizer other than sgd anyway. The option-II control "
+        "variate c_i+ = c_i - c + (x - y_i)/(K*lr) assumes K plain SGD steps; with AdamW it "
+        "no longer estimates the client's gradient drift.",
+    )
 
 
-class FedOptConfig(StrictModel):
+class FedOptConfig(WeightedMeanConfig):
     """FedOPT (Reddi et al. 2021, Algorithm 2): a server optimizer on the mean client delta.
 
     No bias correction, as in the paper. ``eta``/``tau`` defaults follow the paper's LoRA-scale
@@ -120,7 +143,7 @@ class DeepSpeedSection(StrictModel):
         return self
 
 
-class OffsiteFamilyConfig(StrictModel):
+class OffsiteFamilyConfig(WeightedMeanConfig):
     """Settings shared by FedBiOT and its baselines Offsite-tuning and FedOT.
 
     The provider splits its model into an adapter (trained by tenants) and an emulator

@@ -128,6 +128,13 @@ class TenantConfig(StrictModel):
     resources: TenantResources = Field(
         default_factory=TenantResources, description="Cluster resources of the client step."
     )
+    max_samples: int | None = Field(
+        None,
+        ge=1,
+        le=10**9,
+        description="The tenant's declared dataset size bound: an update claiming more "
+        "num_samples is rejected (default: limits.max_samples_per_tenant).",
+    )
 
     @property
     def k8s_namespace(self) -> str:
@@ -158,6 +165,18 @@ class LimitsConfig(StrictModel):
     max_update_bytes: int = Field(
         256 * 2**20, ge=1024, le=2**40, description="Largest accepted update, in bytes."
     )
+    max_samples_per_tenant: int = Field(
+        1_000_000,
+        ge=1,
+        le=10**9,
+        description="Largest num_samples an update may claim, for tenants that declare no "
+        "max_samples of their own; larger claims are rejected (they would dominate a "
+        "sample-weighted mean).",
+    )
+
+    def sample_cap(self, tenant: TenantConfig) -> int:
+        """The largest num_samples ``tenant``'s update may claim."""
+        return tenant.max_samples or self.max_samples_per_tenant
 
 
 class JobConfig(StrictModel):
@@ -223,6 +242,7 @@ class JobConfig(StrictModel):
                 "and exports live there, never in the exchange)"
             )
         self._check_tenant_base()
+        self._check_scaffold_optimizer()
         per_round = self.sampled_per_round
         if per_round > len(self.tenants):
             raise ValueError(
@@ -235,6 +255,18 @@ class JobConfig(StrictModel):
                 "no round could reach the quorum — lower min_clients"
             )
         return self
+
+    def _check_scaffold_optimizer(self) -> None:
+        algorithm = self.algorithm
+        if algorithm.name != "scaffold" or self.training.optimizer == "sgd":
+            return
+        if not getattr(algorithm, "allow_non_sgd_optimizer", False):
+            raise ValueError(
+                f"scaffold with training.optimizer={self.training.optimizer!r}: its control "
+                "variate assumes plain SGD local steps (Karimireddy et al. 2020, option II); "
+                "set training.optimizer: sgd, or algorithm.allow_non_sgd_optimizer: true to run "
+                "it anyway"
+            )
 
     def _check_tenant_base(self) -> None:
         """Tenants read base weights only where the job names a tenant-readable copy."""

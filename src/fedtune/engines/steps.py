@@ -258,7 +258,9 @@ def collect_updates(
         try:
             update = Update.load(store, key)
             validate_update(name, update.tensors, expected, env.job.limits.max_update_bytes)
-            _check_sample_count(name, update.meta.get("num_samples"))
+            _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
+                next(t for t in env.job.tenants if t.name == name)
+            ))
         except FedtuneError as exc:
             rejected[name] = str(exc)
             log.warning("rejected the update of tenant %s: %s", name, exc)
@@ -267,9 +269,14 @@ def collect_updates(
     return valid, rejected
 
 
-def _check_sample_count(tenant: str, value: Any) -> None:
+def _check_sample_count(tenant: str, value: Any, cap: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise UpdateRejected(f"tenant {tenant!r}: num_samples must be a positive integer, got {value!r}")
+    if value > cap:
+        raise UpdateRejected(
+            f"tenant {tenant!r}: num_samples={value} exceeds its cap of {cap} (tenants[].max_samples "
+            "or limits.max_samples_per_tenant); a larger claim would dominate the weighted mean"
+        )
 
 
 def aggregate_step(

@@ -129,3 +129,35 @@ def test_shipped_examples_validate() -> None:
     for path in sorted(Path("examples").glob("*.yaml")):
         job = load_job(path)
         assert job.name == yaml.safe_load(path.read_text())["name"]
+
+
+# -- SCAFFOLD's optimizer and the sample cap (boundary issue) ----------------------------------
+def _scaffold(**training: object) -> dict[str, object]:
+    return {
+        "name": "scaffold-job",
+        "model": {"source": "tiny"},
+        "algorithm": {"name": "scaffold"},
+        "training": {"local_steps": 2, **training},
+        "tenants": [{"name": "a", "data_uri": "a.jsonl"}],
+    }
+
+
+def test_scaffold_with_adamw_clients_is_a_config_error_with_the_fix() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_job(_scaffold(optimizer="adamw"))
+    assert "assumes plain SGD" in str(info.value) and "allow_non_sgd_optimizer" in str(info.value)
+
+
+def test_scaffold_runs_with_sgd_or_an_explicit_override() -> None:
+    assert parse_job(_scaffold(optimizer="sgd")).algorithm.name == "scaffold"
+    raw = _scaffold(optimizer="adamw")
+    raw["algorithm"] = {"name": "scaffold", "allow_non_sgd_optimizer": True}
+    assert parse_job(raw).training.optimizer == "adamw"
+
+
+def test_a_tenants_declared_bound_overrides_the_job_cap() -> None:
+    raw = _scaffold(optimizer="sgd")
+    raw["tenants"] = [{"name": "a", "data_uri": "a.jsonl", "max_samples": 50}, {"name": "b", "data_uri": "b.jsonl"}]
+    raw["limits"] = {"max_samples_per_tenant": 1000}
+    job = parse_job(raw)
+    assert [job.limits.sample_cap(t) for t in job.tenants] == [50, 1000]

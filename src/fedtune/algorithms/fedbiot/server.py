@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
-from fedtune.aggregation import weighted_mean
+from fedtune.aggregation import client_weights, weighted_mean
 from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedbiot import transport
 from fedtune.algorithms.fedbiot.alignment import (
@@ -315,9 +315,10 @@ def next_state(
 ) -> ServerState:
     """FedAvg the adapters, record who holds which view, realign, evaluate on schedule."""
     names = sorted(updates)
+    counts = [int(updates[n].meta["num_samples"]) for n in names]
     adapter = weighted_mean(
         [updates[n].group("adapter") for n in names],
-        [float(updates[n].meta["num_samples"]) for n in names],
+        client_weights(provider.config.aggregation_weights, counts),
     )
     holders = dict(state.meta["holders"])
     for name in names:
