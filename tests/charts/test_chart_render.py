@@ -167,7 +167,8 @@ def test_images_are_pinned_to_the_app_version(rendered_scenarios: dict[str, Rend
         if c["metadata"]["name"].endswith("-tenants")
     ]
     tenants = json.loads(tenants_cm["data"]["tenants.json"])
-    assert tenants["image"] == "ghcr.io/fedtune/fedtune-gpu:0.1.0"
+    # Pinned by digest: what each tenant's admission policy admits (tests/charts/test_chart_admission.py).
+    assert tenants["image"].startswith("ghcr.io/fedtune/fedtune-gpu@sha256:")
 
 
 def test_helm_test_hook_checks_mlflow_health(rendered_scenarios: dict[str, Rendered]) -> None:

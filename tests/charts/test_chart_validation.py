@@ -57,6 +57,7 @@ def test_cross_field_problems_are_all_listed_in_one_failure(render: Renderer) ->
         "objectStore.existingSecret is empty",
         "objectStore.external.cidrs is empty",
         'objectStore.exchangeBucket and objectStore.artifactsBucket are both "same-bucket"',
+        "image.gpuDigest is empty while tenantAdmission.enabled=true",
         "mlflow.replicas is 3 but mlflow.backend.type=sqlite",
         "mlflow.auth.enabled=true but mlflow.auth.existingSecret is empty",
         "tenants[0] (dup) has quota.gpu=1 but neither nodeSelector nor tolerations",
@@ -101,6 +102,7 @@ def test_fixing_the_listed_problems_renders(render: Renderer) -> None:
         "serving.architecture=llama",
         "serving.lora.modules[0].name=a",
         "serving.lora.modules[0].path=/mnt/models/a",
+        "image.gpuDigest=sha256:" + "a" * 64,
     ]
     result = render(INVALID_DIR / "cross-field.yaml", set_values=fixes)
     assert result.returncode == 0, result.stderr

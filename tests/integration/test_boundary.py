@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,10 @@ from fedtune.models.layers import unique_state
 from fedtune.storage import open_store
 from fedtune.tracking.base import NullTracker
 from fedtune.training.context import ProviderContext
-from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
+from tests.helpers.moto import create_bucket, use_fake_aws_env
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_fedbiot import provider_model_dir
+from tests.kfp.test_tenant_pod import moto_endpoint  # noqa: F401 - a module-scoped fixture
 
 QUIET = RunOptions(progress=False)
 
@@ -55,15 +55,6 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
 
 def test_every_registered_algorithm_has_a_client_case() -> None:
     assert set(CLIENT_CASES) == set(algorithm_names())
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = start_moto_server()
-    try:
-        yield server.endpoint_url
-    finally:
-        server.stop()
 
 
 def _upload_dir(bucket: str, prefix: str, folder: Path) -> str:

@@ -47,8 +47,12 @@ def test_run_with_missing_data_fails_clearly(tmp_path: Path, capsys: pytest.Capt
     code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
     err = capsys.readouterr().err
     assert code != 0
-    assert "tenant-b" in err and "missing.jsonl" in err
-    assert not (tmp_path / "w" / "exchange" / "jobs" / "itest" / "state").exists()
+    # The run names the tenant and the kind; the path (the tenant's own business) and the
+    # fix are in the tenant's details file, which the message names.
+    assert "tenant-b" in err and "StoreError" in err and "missing.jsonl" not in err
+    details = tmp_path / "w" / "tenants" / "tenant-b" / "jobs" / "itest" / "errors" / "preflight.txt"
+    assert "missing.jsonl" in details.read_text() and details.name in err.replace("\n", "")
+    assert not (tmp_path / "w" / "provider" / "jobs" / "itest" / "state").exists()
 
 
 def test_run_with_unreachable_s3_fails_fast(
@@ -63,7 +67,9 @@ def test_run_with_unreachable_s3_fails_fast(
     code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
     err = capsys.readouterr().err
     assert code != 0
-    assert "127.0.0.1:9" in err and "tenant-a" in err
+    assert "tenant-a" in err and "StoreError" in err
+    details = tmp_path / "w" / "tenants" / "tenant-a" / "jobs" / "itest" / "errors" / "preflight.txt"
+    assert "127.0.0.1:9" in details.read_text()
 
 
 def test_run_writes_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -202,8 +202,10 @@ def test_missing_data_uri_is_named(tmp_path: Path) -> None:
     job = job.model_copy(
         update={"tenants": [job.tenants[0].model_copy(update={"data_uri": str(missing)}), *job.tenants[1:]]}
     )
-    with pytest.raises(FedtuneError, match="nope.jsonl"):
+    with pytest.raises(FedtuneError, match="tenant tenant-a: StoreError") as info:
         run_job(job, NullTracker(), QUIET)
+    details = str(info.value).split("details: file://")[1].strip()
+    assert "nope.jsonl" in Path(details).read_text()  # named where the tenant reads it
 
 
 def test_summary_has_rounds_tenants_bytes_and_timings(make_job: Callable[..., JobConfig]) -> None:

@@ -32,6 +32,7 @@ def pod(
     waiting: dict[str, str] | None = None,
     exit_code: int | None = None,
     unschedulable: str | None = None,
+    message: str | None = None,
 ) -> dict[str, Any]:
     """A pod dict as the API returns it (camelCase), with one container state."""
     state: dict[str, Any] = {"running": {}}
@@ -39,6 +40,8 @@ def pod(
         state = {"waiting": waiting}
     if exit_code is not None:
         state = {"terminated": {"exitCode": exit_code, "reason": "Error"}}
+        if message is not None:
+            state["terminated"]["message"] = message
     conditions = []
     if unschedulable:
         conditions.append(
@@ -86,13 +89,11 @@ class FakeJobApi:
     states: list[State]
     clock: FakeClock = field(default_factory=FakeClock)
     existing: dict[str, Any] | None = None  # a Job an earlier attempt created
-    logs: dict[str, str] = field(default_factory=dict)
     # Runs the created Job (as a kubelet would) and returns the states it goes through.
     on_create: Callable[[dict[str, Any]], list[State]] | None = None
     calls: list[str] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    log_requests: list[tuple[str, int]] = field(default_factory=list)
     _index: int = 0
     _body: dict[str, Any] | None = None
 
@@ -146,7 +147,3 @@ class FakeJobApi:
         self.calls.append("read_pod")
         return next((p for p in self._current().pods if p["metadata"]["name"] == name), None)
 
-    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
-        self.calls.append("read_pod_log")
-        self.log_requests.append((name, tail_lines))
-        return self.logs.get(name, "")

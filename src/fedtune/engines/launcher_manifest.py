@@ -46,7 +46,6 @@ class LauncherSettings:
     ttl_s: int = 24 * 3600
     poll_s: float = 10.0
     grace_s: float = 600.0  # beyond the Job's own deadline: API lag, final pod status
-    log_tail_lines: int = 40
 
     @property
     def url_expiry_s(self) -> int:
@@ -55,6 +54,7 @@ class LauncherSettings:
 
 
 DEFAULT_SETTINGS = LauncherSettings()
+TERMINATION_LOG = "/dev/termination-log"
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,10 @@ def build_job_manifest(
             "runAsNonRoot": True,
         },
         "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+        # On failure the step writes only its redacted failure (kind + line) here; the
+        # launcher reads it from the pod status, never the log (which stays the tenant's).
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

@@ -1,7 +1,9 @@
 """The namespaced RBAC rules the tenant launcher needs in each tenant namespace.
 
 A KFP task always runs in the run's namespace, so the client step is a launcher that creates a
-``batch/v1`` Job in the tenant's namespace, waits for it and reads its logs. These are exactly
+``batch/v1`` Job in the tenant's namespace and waits for it. It never reads the pod's log:
+a tenant's log may quote its records, and what the provider learns of a failure is the
+redacted termination message in the pod's status (fedtune.core.errors.TenantFailure). These are exactly
 the permissions that takes, and nothing more: no Secrets (the launched pod mounts the tenant's
 bucket Secret itself, so the provider never reads it), no cluster-wide access.
 
@@ -21,10 +23,10 @@ LAUNCHER_RULES: Final[list[dict[str, list[str]]]] = [
         "resources": ["jobs"],
         "verbs": ["create", "get", "list", "watch", "delete"],
     },
-    # Find the Job's pod and stream its log into the KFP task's log; read-only.
+    # Find the Job's pod and read its status (exit code, termination message); read-only.
     {
         "apiGroups": [""],
-        "resources": ["pods", "pods/log"],
+        "resources": ["pods"],
         "verbs": ["get", "list", "watch"],
     },
 ]

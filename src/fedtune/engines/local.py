@@ -84,17 +84,22 @@ def preflight(tenants: steps.TenantEnvs) -> None:
     A simulation convenience of the engines that run every tenant in this process; on a
     cluster each tenant's pod reads only its own data.
     """
-    problems = []
+    problems: list[str] = []
+    kinds: set[type[FedtuneError]] = set()
     for tenant in tenants.job.tenants:
         try:
             tenants[tenant.name].data()
         except FedtuneError as exc:
-            problems.append(f"tenant {tenant.name}: {exc}")
+            # Each tenant's own details stay in its store; the run reports only the redacted kind.
+            where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
+            problems.append(f"tenant {tenant.name}: {exc.redacted().render()}; details: {where}")
+            kinds.add(type(exc))
     if problems:
-        raise FedtuneError(
+        cls = kinds.pop() if len(kinds) == 1 else FedtuneError
+        raise cls(
             f"{len(problems)} tenant dataset(s) cannot be used:\n  " + "\n  ".join(problems),
-            fix="Correct each tenant's data_uri or data file, then run again (--resume keeps "
-            "finished rounds).",
+            fix="Each tenant reads its own error and fix in the details file named above; after "
+            "it corrects its data_uri or data file, run again (--resume keeps finished rounds).",
         )
 
 
@@ -181,9 +186,12 @@ def _run_round(
         try:
             clients[name] = steps.client_step(tenants[name], round_index)
         except FedtuneError as exc:
-            # A tenant's failure costs its update, not the round: the quorum decides.
-            log.error("client step of tenant %s failed: %s", name, exc)
-            failed[name] = f"client step failed: {exc}"
+            # A tenant's failure costs its update, not the round: the quorum decides. Only the
+            # redacted failure reaches the summary and MLflow; the details stay with the tenant.
+            where = steps.keep_failure_details(tenants[name], layout.round_tag(round_index), exc)
+            failure = exc.redacted().render()
+            log.error("client step of tenant %s failed: %s; details: %s", name, failure, where)
+            failed[name] = f"client step failed: {failure}"
         bar.advance(task)
     aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
     bar.remove_task(task)

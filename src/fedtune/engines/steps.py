@@ -234,6 +234,16 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     }
 
 
+def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:
+    """Store the full error (which may quote records) in the tenant's private store.
+
+    The tenant reads it there; the provider gets only ``exc.redacted()``. Returns its URI.
+    """
+    key = f"errors/{tag}.txt"
+    env.own.put_bytes(key, exc.render().encode("utf-8"))
+    return f"{env.own.uri.rstrip('/')}/{key}"
+
+
 def _prune_client_states(store: Any, keep_from: int) -> None:
     """Drop kept states older than the one this round read (a re-run of it still needs that)."""
     for key in store.list("client-state/"):

@@ -35,8 +35,10 @@ def run(job: JobConfig, round_index: int, tenant: str, run_key: str = "") -> dic
     try:
         result = run_tenant_step(job, "client", round_index, tenant, run_key=run_key)
     except FedtuneError as exc:
-        log.error("client step of tenant %s failed: %s", tenant, exc)
-        return {**marker, "ok": False, "reason": f"client step failed: {exc}"}
+        # The marker reaches the aggregate step and the KFP UI: only the redacted failure.
+        failure = exc.redacted().render()
+        log.error("client step of tenant %s failed: %s", tenant, failure)
+        return {**marker, "ok": False, "reason": f"client step failed: {failure}"}
     return {**marker, "ok": True, "result": result}
 
 

@@ -25,6 +25,9 @@ from fedtune.tracking.factory import make_tracker
 
 log = logging.getLogger(__name__)
 
+TERMINATION_LOG_ENV = "FEDTUNE_TERMINATION_LOG"
+"""Where a failing step writes its redacted failure (default ``/dev/termination-log``)."""
+
 JOB_ENV = "FEDTUNE_JOB_JSON"
 """Environment variable holding the job config as JSON (how a launched tenant pod gets it)."""
 
@@ -106,9 +109,25 @@ def guarded(call: Callable[[], T]) -> T:
     try:
         return call()
     except FedtuneError as exc:
-        sys.stderr.write(exc.render() + "\n")
+        sys.stderr.write(exc.render() + "\n")  # the pod's own log: its owner's eyes only
         sys.stderr.flush()
+        write_termination_message(exc)
         raise SystemExit(exc.exit_code) from None
+
+
+def write_termination_message(exc: FedtuneError) -> None:
+    """Leave the redacted failure where Kubernetes puts it in the pod status.
+
+    Only in a container (the file exists) or when ``$FEDTUNE_TERMINATION_LOG`` names a path;
+    a failure to write it must not hide the error itself.
+    """
+    path = os.environ.get(TERMINATION_LOG_ENV) or "/dev/termination-log"
+    if not (os.environ.get(TERMINATION_LOG_ENV) or os.path.exists(path)):
+        return
+    try:
+        Path(path).write_text(exc.redacted().to_json(), "utf-8")
+    except OSError as err:
+        log.warning("could not write the termination message to %s: %s", path, err)
 
 
 def setup_logging(verbose: bool = False) -> None:

