@@ -186,7 +186,7 @@ def test_hook_jobs_run_after_install_and_upgrade(rendered_scenarios: dict[str, R
     (job,) = rendered_scenarios["minimal"].of_kind("Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-2:] == ["fedtune-exchange", "fedtune-mlflow"]
+    assert args[-3:] == ["fedtune-exchange", "fedtune-provider", "fedtune-mlflow"]
     pod_annotations = job["spec"]["template"]["metadata"]["annotations"]
     assert pod_annotations["sidecar.istio.io/inject"] == "false"
 

@@ -14,6 +14,9 @@ one pass instead of one `helm install` per mistake. Rendered from templates/vali
 {{- if and (eq $v.objectStore.mode "external") (gt (len $v.tenants) 0) (empty $v.objectStore.external.cidrs) }}
 {{- $errors = append $errors "objectStore.external.cidrs is empty while objectStore.mode=external and tenants are defined: tenant pods could not reach the exchange store through their egress NetworkPolicy. Fix: list the CIDRs of objectStore.external.endpoint (e.g. [\"52.218.0.0/17\"])." }}
 {{- end }}
+{{- if eq $v.objectStore.exchangeBucket $v.objectStore.providerBucket }}
+{{- $errors = append $errors (printf "objectStore.exchangeBucket and objectStore.providerBucket are both %q: the provider-private store (server state, summaries, exports) must not share the bucket tenants get pre-signed URLs into. Fix: use two different buckets." $v.objectStore.exchangeBucket) }}
+{{- end }}
 {{- if eq $v.objectStore.exchangeBucket $v.objectStore.artifactsBucket }}
 {{- $errors = append $errors (printf "objectStore.exchangeBucket and objectStore.artifactsBucket are both %q: tenants get pre-signed URLs into the exchange bucket, which must not hold MLflow's artifacts. Fix: use two different buckets." $v.objectStore.exchangeBucket) }}
 {{- end }}
