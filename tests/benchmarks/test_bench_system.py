@@ -72,3 +72,21 @@ def test_engine_bench_still_reports_from_a_job_file(tmp_path: Path) -> None:
     report = json.loads(report_path.read_text())
     assert [r["round"] for r in report["rounds"]] == [1, 2]
     assert report["steady_overhead"] >= 1.0 and report["bytes_ratio"] > 1.0
+
+
+@pytest.mark.slow
+def test_peer_bench_times_fedtune_with_workers_against_the_bare_loop(ci_workspace: Path) -> None:
+    args = ["bench", "system", "--out", str(ci_workspace), "--preset", "ci", "--parts", "peer"]
+    assert main(args) == 0
+    peer = json.loads((ci_workspace / "system" / "results.json").read_text())["peer"]
+    runs = [row["run"] for row in peer["rows"]]
+    assert runs == ["bare", "fedtune, 1 worker(s)", "fedtune, 2 worker(s)"]
+    assert all(row["seconds"] > 0 for row in peer["rows"])
+    assert peer["rows"][0]["ratio"] == 1.0
+    markdown = (ci_workspace / "system" / "results.md").read_text()
+    assert "Peer job vs a bare sequential PyTorch + PEFT loop" in markdown
+
+
+def test_an_unknown_part_is_refused(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "system", "--out", str(ci_workspace), "--preset", "ci", "--parts", "gpu"]) != 0
+    assert "peer" in capsys.readouterr().err

@@ -183,6 +183,25 @@ def system_markdown(results: Mapping[str, Any]) -> str:
             ),
             "",
         ]
+    peer = results.get("peer")
+    if peer:
+        job = peer["job"]
+        lines += [
+            (
+                f"**Peer job vs a bare sequential PyTorch + PEFT loop** (FedAvg, {job['rounds']} "
+                f"rounds x {job['tenants']} tenants x {job['steps']} steps, batch "
+                f"{job['batch_size']}, length {job['max_seq_len']}, model {job['model']}; whole-"
+                f"process wall time, best of alternating runs, {peer['cores']} cores, one torch "
+                "thread per process):"
+            ),
+            "",
+            "| run | seconds | / bare |",
+            "|---|---:|---:|",
+            *[f"| {r['run']} | {r['seconds']:.1f} | {r['ratio']:.3f} |" for r in peer["rows"]],
+            "",
+            f"Aim for fedtune with N workers: <= {peer['aim']} x the bare loop.",
+            "",
+        ]
     engine = results.get("engine")
     if engine:
         lines += [

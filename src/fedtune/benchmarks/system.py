@@ -46,6 +46,19 @@ BYTES_AIM: Final = 1.01
 
 
 @dataclass(frozen=True)
+class PeerSpec:
+    """The peer job: a whole federated run, fedtune against a bare sequential loop."""
+
+    rounds: int = 5
+    tenants: int = 3
+    steps: int = 30
+    batch_size: int = 8
+    max_seq_len: int = 128
+    workers: tuple[int, ...] = (1, 2)
+    reps: int = 2
+
+
+@dataclass(frozen=True)
 class SystemSpec:
     """What the system benchmark measures, and how long."""
 
@@ -72,6 +85,7 @@ class SystemSpec:
     algorithm_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     deepspeed: bool = True
     server: ServerMemorySpec = field(default_factory=ServerMemorySpec)
+    peer: PeerSpec = field(default_factory=PeerSpec)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -231,6 +245,10 @@ def run_system(
                 "entry per tensor, JSON metadata) against a small adapter; the share falls as "
                 "the adapter grows."
             )
+    if "peer" in parts:
+        from fedtune.benchmarks.peer import peer_vs_bare
+
+        results["peer"] = peer_vs_bare(workspace, spec, say)
     if "memory" in parts:
         with tempfile.TemporaryDirectory(prefix="fedtune-memory-") as tmp:
             results["server_memory"] = measure(spec.server, tmp, deepspeed=spec.deepspeed)

@@ -45,12 +45,13 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
 
     job = load_job(args.job)
-    engine = args.engine or job.engine
+    engine = args.engine or job.engine.name
     options = RunOptions(
         resume=args.resume,
         fresh=args.fresh,
         until_round=args.until_round,
         progress=not args.no_progress,
+        workers=args.workers if args.workers is not None else job.engine.workers,
     )
     if engine == "kfp-local":
         from fedtune.cli.kfp_commands import run_kfp_local
@@ -117,7 +118,27 @@ def register_run(sub: Any) -> None:
     p.add_argument("--until-round", type=int, metavar="N", help="stop after round N (resume later)")
     p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N|auto",
+        help="local engine: run the sampled tenants' steps in N worker processes at once "
+        "(auto: one per core, capped by memory); results are bitwise equal to N=1 "
+        "(default: the job's engine.workers, else 1)",
+    )
     p.set_defaults(handler=_run)
+
+
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor auto") from None
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{value} workers: use 1 to 256, or auto")
+    return value
 
 
 # -- algorithms -----------------------------------------------------------------------------

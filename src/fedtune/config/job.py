@@ -179,6 +179,29 @@ class LimitsConfig(StrictModel):
         return tenant.max_samples or self.max_samples_per_tenant
 
 
+class EngineConfig(StrictModel):
+    """How the job runs on this machine (``engine: local`` is short for ``{name: local}``)."""
+
+    name: Literal["local", "kfp-local"] = Field("local", description="Default engine.")
+    workers: int | Literal["auto"] = Field(
+        1,
+        description="Local engine: processes that run the sampled tenants' steps at once (1 = "
+        "in this process, one after another; auto = one per core, capped by memory). Results "
+        "are bitwise equal whatever the number.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: object) -> object:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _workers_positive(self) -> EngineConfig:
+        if isinstance(self.workers, int) and not 1 <= self.workers <= 256:
+            raise ValueError(f"workers={self.workers} must be between 1 and 256, or auto")
+        return self
+
+
 class JobConfig(StrictModel):
     """A federated fine-tuning job: who takes part, what trains, how, and where it is stored."""
 
@@ -220,7 +243,11 @@ class JobConfig(StrictModel):
     )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Tracking.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Update bounds.")
-    engine: Literal["local", "kfp-local"] = Field("local", description="Default engine.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig,
+        description="Default engine and its workers: `local`, `kfp-local`, or "
+        "`{name: local, workers: auto}`.",
+    )
 
     @model_validator(mode="after")
     def _cross_checks(self) -> JobConfig:

@@ -22,6 +22,7 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines import layout, steps
 from fedtune.engines.summary import RoundRecord, build_summary
+from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
 from fedtune.tracking.base import Tracker
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class RunOptions:
     fresh: bool = False
     until_round: int | None = None  # stop after this round (chained runs, tests)
     progress: bool = True
+    workers: int | str = 1  # tenant steps at once in spawned processes ("auto": one per core)
 
 
 def discard_stored_run(env: steps.ProviderEnv) -> None:
@@ -123,14 +125,14 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     try:
         steps.init_step(env)
         run_info = log_initial_state(env, tracker)
-        with _progress(options.progress) as bar:
+        summary_extra: dict[str, Any] = {}
+        with _progress(options.progress) as bar, tenant_runner(job, tenants, options.workers) as runner:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
-                _run_round(env, tenants, round_index, tracker, bar)
+                _run_round(env, runner, round_index, tracker, bar)
                 bar.advance(rounds_task)
-        summary_extra: dict[str, Any] = {}
-        if last == job.rounds:
-            summary_extra = _finish(env, tenants, tracker)
+            if last == job.rounds:
+                summary_extra = _finish(env, runner, tracker)
         tracker.end("FINISHED")
     except BaseException:
         tracker.end("FAILED")
@@ -165,7 +167,7 @@ def log_initial_state(env: steps.ProviderEnv, tracker: Tracker) -> dict[str, Any
 
 def _run_round(
     env: steps.ProviderEnv,
-    tenants: steps.TenantEnvs,
+    runner: InProcessRunner | WorkerPool,
     round_index: int,
     tracker: Tracker,
     bar: Progress,
@@ -178,21 +180,16 @@ def _run_round(
     started = time.perf_counter()
     configure = steps.configure_step(env, round_index)
     sampled = steps.sample_clients(env.job, round_index)
-    clients: dict[str, dict[str, Any]] = {}
-    failed: dict[str, str] = {}
     task = bar.add_task(f"round {round_index}", total=len(sampled))
-    for name in sampled:
-        bar.update(task, description=f"round {round_index}: {name}")
-        try:
-            clients[name] = steps.client_step(tenants[name], round_index)
-        except FedtuneError as exc:
-            # A tenant's failure costs its update, not the round: the quorum decides. Only the
-            # redacted failure reaches the summary and MLflow; the details stay with the tenant.
-            where = steps.keep_failure_details(tenants[name], layout.round_tag(round_index), exc)
-            failure = exc.redacted().render()
-            log.error("client step of tenant %s failed: %s; details: %s", name, failure, where)
-            failed[name] = f"client step failed: {failure}"
+
+    def done(outcome: Outcome) -> None:
+        bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
+
+    # A tenant's failure costs its update, not the round: the quorum decides.
+    outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
+    clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
+    failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
     aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
     bar.remove_task(task)
     record = RoundRecord.build(
@@ -202,12 +199,23 @@ def _run_round(
     tracker.log_metrics(record.metrics(), step=round_index)
 
 
-def _finish(env: steps.ProviderEnv, tenants: steps.TenantEnvs, tracker: Tracker) -> dict[str, Any]:
+def _finish(
+    env: steps.ProviderEnv, runner: InProcessRunner | WorkerPool, tracker: Tracker
+) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export it, log and register it."""
-    final_eval = {}
-    for tenant in env.job.tenants:
-        steps.publish_final_step(env, tenant.name)
-        final_eval[tenant.name] = steps.evaluate_step(tenants[tenant.name])
+    names = [t.name for t in env.job.tenants]
+    for name in names:
+        steps.publish_final_step(env, name)
+    outcomes = runner.run([Task("evaluate", env.job.rounds, name) for name in names])
+    failures = {n: o.failure for n, o in outcomes.items() if o.result is None}
+    if failures:
+        raise FedtuneError(
+            f"the final evaluation failed for {sorted(failures)}: "
+            + "; ".join(f"{n}: {f}" for n, f in sorted(failures.items())),
+            fix="Each tenant reads its details in its own store (errors/evaluate.txt); after "
+            "fixing them, run again with --resume.",
+        )
+    final_eval = {n: dict(outcomes[n].result["metrics"]) for n in names}  # type: ignore[index]
     env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
     return {"artifacts": export_and_register(env, tracker, final_eval), "final_eval": final_eval}
 

@@ -1,0 +1,153 @@
+"""The peer benchmark: a whole federated job, fedtune against a bare PyTorch + PEFT loop.
+
+Both sides do the same federated work on the suite: ``rounds`` x ``tenants`` x ``steps`` of
+LoRA training (FedAvg, batch ``batch_size``, ``max_seq_len`` tokens), measured as whole-process
+wall time (imports, data, model, training, aggregation; fedtune also stores every message and
+exports the final model). The bare loop runs the tenants one after another on one thread;
+fedtune runs with 1 worker (in-process) and with N worker processes. Runs alternate so that a
+busy machine slows both sides alike. ``python -m fedtune.benchmarks.peer JOB.json`` is the bare
+loop itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from fedtune.benchmarks.jobs import bench_job
+from fedtune.benchmarks.suite import load_manifest
+from fedtune.benchmarks.workspace import Workspace
+
+if TYPE_CHECKING:
+    from fedtune.benchmarks.system import SystemSpec
+
+PEER_AIM = 0.7  # fedtune with N workers / the bare sequential loop, on 2 cores
+
+Log = Callable[[str], None]
+
+
+def _timed(argv: Sequence[str], threads: int) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=3600)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def peer_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dict[str, Any]:
+    """Whole-process wall time of the bare loop and of fedtune with 1 and N workers."""
+    peer = spec.peer
+    settings = replace(spec, batch_size=peer.batch_size, max_seq_len=peer.max_seq_len)
+    manifest = load_manifest(workspace.suite_dir)
+    tenants = sorted(manifest["tenants"], key=lambda t: -manifest["tenants"][t]["records"])
+    tenants = sorted(tenants[: peer.tenants])
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="fedtune-peer-") as tmp:
+        job = bench_job(
+            settings,
+            name="peer",
+            algorithm="fedavg",
+            model_dir=workspace.require_model(spec.model),
+            suite_dir=workspace.suite_dir,
+            tenants=tenants,
+            workdir=Path(tmp) / "work",
+            seed=0,
+            rounds=peer.rounds,
+            local_steps=peer.steps,
+        )
+        job_file = Path(tmp) / "peer.yaml"
+        job_file.write_text(yaml.safe_dump(job.model_dump(mode="json")), encoding="utf-8")
+        runs: list[tuple[str, list[str], int]] = [
+            ("bare", [sys.executable, "-m", "fedtune.benchmarks.peer", str(job_file)], 1)
+        ]
+        for workers in peer.workers:
+            argv = [sys.executable, "-m", "fedtune.cli.main", "run", str(job_file), "--fresh",
+                    "--no-progress", "--workers", str(workers)]
+            runs.append((f"fedtune, {workers} worker(s)", argv, 1))
+        for rep in range(peer.reps):
+            for name, argv, threads in runs:
+                seconds = _timed(argv, threads)
+                times.setdefault(name, []).append(seconds)
+                log(f"peer rep {rep + 1}: {name} {seconds:.1f} s")
+    best = {name: min(values) for name, values in times.items()}
+    rows = [
+        {"run": name, "seconds": best[name], "ratio": best[name] / best["bare"], "all": times[name]}
+        for name in times
+    ]
+    return {
+        "job": {"rounds": peer.rounds, "tenants": len(tenants), "steps": peer.steps,
+                "batch_size": peer.batch_size, "max_seq_len": peer.max_seq_len, "model": spec.model},
+        "cores": len(os.sched_getaffinity(0)),
+        "rows": rows,
+        "aim": PEER_AIM,
+    }
+
+
+def bare_federated_loop(job_path: str) -> dict[str, Any]:
+    """FedAvg of LoRA adapters written as a PyTorch + PEFT user would, tenants in sequence."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    from fedtune.config import load_job
+    from fedtune.data.loader import read_examples
+    from fedtune.data.tokenize import collate, encode_examples
+    from fedtune.models.loading import load_pretrained
+    from fedtune.models.lora import DEFAULT_TARGETS
+    from fedtune.training.local import batch_indices
+
+    torch.set_num_threads(1)
+    job = load_job(job_path)
+    base, tokenizer = load_pretrained(job.model.uri)  # type: ignore[union-attr]
+    for param in base.parameters():
+        param.requires_grad_(False)
+    torch.manual_seed(job.seed)
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=job.lora.r,
+            lora_alpha=job.lora.alpha,  # type: ignore[arg-type]
+            lora_dropout=0.0,
+            target_modules=list(job.lora.target_modules or DEFAULT_TARGETS["llama"]),
+            task_type="CAUSAL_LM",
+        ),
+    )
+    data = {
+        t.name: encode_examples(read_examples(t.data_uri), tokenizer, job.training.max_seq_len)
+        for t in job.tenants
+    }
+    pad = int(tokenizer.pad_token_id)
+    global_state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    steps = int(job.training.local_steps or 1)
+    for round_index in range(1, job.rounds + 1):
+        states, weights = [], []
+        for seed, (name, encoded) in enumerate(sorted(data.items())):
+            set_peft_model_state_dict(model, global_state)
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(params, lr=job.training.lr, weight_decay=0.0)
+            model.train()
+            for indices in batch_indices(len(encoded), job.training.batch_size, steps, seed + round_index):
+                loss = model(**collate([encoded[i] for i in indices], pad)).loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            states.append({k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()})
+            weights.append(float(len(encoded)))
+        total = sum(weights)
+        global_state = {k: sum(w * s[k] for w, s in zip(weights, states)) / total for k in states[0]}
+    return {"rounds": job.rounds, "tenants": len(data)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(bare_federated_loop(sys.argv[1])))

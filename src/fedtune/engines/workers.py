@@ -1,0 +1,256 @@
+"""Long-lived worker processes that run the sampled tenants' steps of a round at once.
+
+The local engine hands a round's client steps (and the final evaluations) to a pool of
+spawned processes (spawned, not forked, so CUDA and OpenMP start clean). Each worker keeps its
+:class:`~fedtune.engines.steps.TenantEnvs` for the whole job, so the tokenizer, the
+tenant-readable base model and its PEFT wrapper stay warm across rounds and tenants. Workers
+run the very step functions of the sequential engine against the same stores, every seed is
+derived as there, and the provider aggregates in sorted tenant order: a run with N workers is
+bitwise equal to a run with one.
+
+A worker that dies (killed, out of memory) costs only the update of the tenant it was running,
+which is rejected with the reason; a fresh worker takes its place. Messages between the engine
+and its workers are JSON, like everything else that crosses a process boundary in fedtune.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+from fedtune.config.job import JobConfig
+from fedtune.core.errors import ConfigError, FedtuneError
+
+log = logging.getLogger(__name__)
+
+TaskKind = Literal["client", "evaluate"]
+FAULT_ENV = "FEDTUNE_WORKER_FAULT"
+"""Fault injection for tests: ``kind:round:tenant`` makes the worker running it die (SIGKILL)."""
+_MEMORY_PER_WORKER = 2 * 2**30  # a conservative floor for a worker with a small base model
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tenant step for a worker."""
+
+    kind: TaskKind
+    round_index: int
+    tenant: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a task: the step's result, or the reason it produced none."""
+
+    task: Task
+    result: dict[str, Any] | None = None
+    failure: str | None = None
+
+
+def resolve_workers(requested: int | str) -> int:
+    """The number of workers: ``auto`` = one per core, capped by available memory.
+
+    Raises:
+        ConfigError: ``requested`` is neither ``auto`` nor a positive integer.
+    """
+    if requested == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            available = _MEMORY_PER_WORKER * (cores or 1)
+        return max(1, min(cores or 1, available // _MEMORY_PER_WORKER))
+    if isinstance(requested, int) and requested >= 1:
+        return requested
+    raise ConfigError(
+        f"workers={requested!r} is not a positive number or auto",
+        fix="Pass --workers N (N >= 1) or --workers auto.",
+    )
+
+
+def threads_per_worker(workers: int) -> int:
+    """Cores / workers (at least one), so workers do not oversubscribe the CPU."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // workers)
+
+
+def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
+    """A worker's loop: build the tenants' envs once, then run tasks until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine handles Ctrl-C and stops us
+    import torch
+
+    torch.set_num_threads(threads)
+    from fedtune.config import parse_job
+    from fedtune.engines import layout, steps
+
+    job = parse_job(json.loads(job_json), source="worker")
+    tenants = steps.TenantEnvs(job)
+    fault = os.environ.get(FAULT_ENV)
+    while True:
+        message = conn.recv_bytes()
+        if not message:
+            return
+        task = Task(**json.loads(message))
+        if fault == f"{task.kind}:{task.round_index}:{task.tenant}":
+            os.kill(os.getpid(), signal.SIGKILL)
+        env = tenants[task.tenant]
+        try:
+            if task.kind == "client":
+                reply: dict[str, Any] = {"result": steps.client_step(env, task.round_index)}
+            else:
+                reply = {"result": {"metrics": steps.evaluate_step(env)}}
+        except FedtuneError as exc:
+            tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
+            where = steps.keep_failure_details(env, tag, exc)
+            log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
+                      exc.redacted().render(), where)
+            reply = {"failure": f"{task.kind} step failed: {exc.redacted().render()}"}
+        conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
+
+
+class InProcessRunner:
+    """The same interface as :class:`WorkerPool`, running tasks one after another here."""
+
+    def __init__(self, tenants: Any) -> None:
+        self.tenants = tenants  # steps.TenantEnvs
+
+    def __enter__(self) -> InProcessRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(
+        self, tasks: Sequence[Task], on_done: Callable[[Outcome], None] | None = None
+    ) -> dict[str, Outcome]:
+        """Run ``tasks`` in order in this process; a tenant's FedtuneError is its outcome."""
+        from fedtune.engines import layout, steps
+
+        outcomes: dict[str, Outcome] = {}
+        for task in tasks:
+            env = self.tenants[task.tenant]
+            try:
+                if task.kind == "client":
+                    outcome = Outcome(task, steps.client_step(env, task.round_index))
+                else:
+                    outcome = Outcome(task, {"metrics": steps.evaluate_step(env)})
+            except FedtuneError as exc:
+                # Only the redacted failure reaches the summary and MLflow; the details stay
+                # with the tenant.
+                tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
+                where = steps.keep_failure_details(env, tag, exc)
+                failure = exc.redacted().render()
+                log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
+                          failure, where)
+                outcome = Outcome(task, None, f"{task.kind} step failed: {failure}")
+            outcomes[task.tenant] = outcome
+            if on_done:
+                on_done(outcome)
+        return outcomes
+
+
+def tenant_runner(job: JobConfig, tenants: Any, workers: int | str) -> InProcessRunner | WorkerPool:
+    """In this process for one worker, else a pool of ``workers`` spawned processes."""
+    size = resolve_workers(workers)
+    return InProcessRunner(tenants) if size == 1 else WorkerPool(job, size)
+
+
+class _Worker:
+    def __init__(self, context: Any, job_json: str, threads: int) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_worker_main, args=(child, job_json, threads), daemon=True
+        )
+        self.process.start()
+        child.close()
+        self.task: Task | None = None
+
+
+class WorkerPool:
+    """``size`` spawned workers for one job; use as a context manager."""
+
+    def __init__(self, job: JobConfig, size: int) -> None:
+        self.job = job
+        self.size = size
+        self.threads = threads_per_worker(size)
+        self._context = multiprocessing.get_context("spawn")
+        self._job_json = json.dumps(job.model_dump(mode="json"))
+        self._workers: list[_Worker] = []
+
+    def __enter__(self) -> WorkerPool:
+        self._workers = [self._spawn() for _ in range(self.size)]
+        log.info("started %d worker(s), %d torch thread(s) each", self.size, self.threads)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(terminate=exc[0] is not None)
+
+    def _spawn(self) -> _Worker:
+        return _Worker(self._context, self._job_json, self.threads)
+
+    def run(
+        self, tasks: Sequence[Task], on_done: Callable[[Outcome], None] | None = None
+    ) -> dict[str, Outcome]:
+        """Run ``tasks`` on the workers; return each tenant's outcome (order of completion
+        does not matter: the caller aggregates in sorted tenant order)."""
+        pending = list(tasks)
+        outcomes: dict[str, Outcome] = {}
+        while pending or any(w.task for w in self._workers):
+            for worker in self._workers:
+                if worker.task is None and pending:
+                    worker.task = pending.pop(0)
+                    worker.conn.send_bytes(json.dumps(worker.task.__dict__).encode("utf-8"))
+            busy = [w for w in self._workers if w.task is not None]
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            for worker in busy:
+                task = worker.task
+                assert task is not None
+                if worker.conn in ready and worker.conn.poll():
+                    try:
+                        reply = json.loads(worker.conn.recv_bytes())
+                    except (EOFError, OSError):
+                        reply = None
+                    if reply is not None:
+                        outcome = Outcome(task, reply.get("result"), reply.get("failure"))
+                        worker.task = None
+                        outcomes[task.tenant] = outcome
+                        if on_done:
+                            on_done(outcome)
+                        continue
+                if worker.process.sentinel in ready or not worker.process.is_alive():
+                    worker.process.join()
+                    reason = (
+                        f"{task.kind} step failed: its worker process died (exit code "
+                        f"{worker.process.exitcode}) while running it; a new worker took its place"
+                    )
+                    log.error("tenant %s: %s", task.tenant, reason)
+                    outcomes[task.tenant] = Outcome(task, None, reason)
+                    if on_done:
+                        on_done(outcomes[task.tenant])
+                    self._workers[self._workers.index(worker)] = self._spawn()
+        return outcomes
+
+    def close(self, terminate: bool = False) -> None:
+        """Stop every worker: ask politely, or terminate them (Ctrl-C, an error)."""
+        for worker in self._workers:
+            if terminate:
+                worker.process.terminate()
+                continue
+            try:
+                worker.conn.send_bytes(b"")
+            except (BrokenPipeError, OSError):
+                pass
+        for worker in self._workers:
+            worker.process.join(timeout=30)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+        self._workers = []
