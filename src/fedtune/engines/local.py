@@ -111,6 +111,19 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     tenants = steps.TenantEnvs(job)
     info = _prepare_run(env, options)
     preflight(tenants)
+    # Workers start now, so their imports and warm-up overlap the provider's initialisation.
+    with tenant_runner(job, tenants, options.workers) as runner:
+        return _run_rounds(env, runner, tracker, options, info)
+
+
+def _run_rounds(
+    env: steps.ProviderEnv,
+    runner: InProcessRunner | WorkerPool,
+    tracker: Tracker,
+    options: RunOptions,
+    info: dict[str, Any],
+) -> dict[str, Any]:
+    job = env.job
     store = env.store()
     run_id = tracker.start(
         run_name=job.name,
@@ -126,7 +139,7 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         steps.init_step(env)
         run_info = log_initial_state(env, tracker)
         summary_extra: dict[str, Any] = {}
-        with _progress(options.progress) as bar, tenant_runner(job, tenants, options.workers) as runner:
+        with _progress(options.progress) as bar:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
                 _run_round(env, runner, round_index, tracker, bar)

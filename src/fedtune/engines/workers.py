@@ -92,6 +92,9 @@ def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
 
     job = parse_job(json.loads(job_json), source="worker")
     tenants = steps.TenantEnvs(job)
+    first = tenants[job.tenants[0].name]
+    if first.algorithm.tenants_load_base:
+        first.ctx.base_model()  # warm the shared tenant-readable base before the first task
     fault = os.environ.get(FAULT_ENV)
     while True:
         message = conn.recv_bytes()
