@@ -295,10 +295,7 @@ def run_tenant_step(
         # The provider's half of evaluation: what tenants may see of the final model.
         steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
     if not (force_cluster or in_cluster()):
-        env = steps.TenantEnv.create(job, tenant)
-        if kind == "client":
-            return steps.client_step(env, round_index)
-        return {"metrics": steps.evaluate_step(env)}
+        return _run_in_process(job, kind, round_index, tenant)
     store = layout.JobStores(job).exchange(tenant)
     update = layout.update_key(round_index)
     if kind == "client" and Update.stored(store, update):
@@ -322,6 +319,28 @@ def run_tenant_step(
             fix="Check the tenant pod's log for failed uploads (expired URLs?).",
         )
     return _update_result(store, update, where)
+
+
+def _run_in_process(job: JobConfig, kind: StepKind, round_index: int, tenant: str) -> dict[str, Any]:
+    """The tenant's step in this process (outside a cluster), failing as a pod would.
+
+    The full error goes to the tenant's own store; what propagates (to the KFP task's log and
+    markers) is the redacted failure, as from a launched pod.
+    """
+    env = steps.TenantEnv.create(job, tenant)
+    try:
+        if kind == "client":
+            return steps.client_step(env, round_index)
+        return {"metrics": steps.evaluate_step(env)}
+    except FedtuneError as exc:
+        tag = layout.round_tag(round_index) if kind == "client" else "evaluate"
+        where = steps.keep_failure_details(env, tag, exc)
+        failure = exc.redacted()
+        raise TenantStepFailed(
+            f"the {kind} step of tenant {tenant!r} failed: {failure.render()}",
+            failure=failure,
+            fix=f"The tenant reads the full error and its fix in {where}.",
+        ) from None
 
 
 def _update_result(store: Store, key: str, extra: dict[str, Any]) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
 
     torch.set_num_threads(threads)
     from fedtune.config import parse_job
-    from fedtune.engines import layout, steps
+    from fedtune.engines import steps
 
     job = parse_job(json.loads(job_json), source="worker")
     tenants = steps.TenantEnvs(job)
@@ -103,19 +103,31 @@ def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
         task = Task(**json.loads(message))
         if fault == f"{task.kind}:{task.round_index}:{task.tenant}":
             os.kill(os.getpid(), signal.SIGKILL)
-        env = tenants[task.tenant]
-        try:
-            if task.kind == "client":
-                reply: dict[str, Any] = {"result": steps.client_step(env, task.round_index)}
-            else:
-                reply = {"result": {"metrics": steps.evaluate_step(env)}}
-        except FedtuneError as exc:
-            tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
-            where = steps.keep_failure_details(env, tag, exc)
-            log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
-                      exc.redacted().render(), where)
-            reply = {"failure": f"{task.kind} step failed: {exc.redacted().render()}"}
+        outcome = run_task(tenants, task)
+        reply = {"result": outcome.result, "failure": outcome.failure}
         conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
+
+
+def run_task(tenants: Any, task: Task) -> Outcome:
+    """Run one tenant step against its env; a tenant's FedtuneError is its outcome.
+
+    Only the redacted failure reaches the provider's summary and MLflow; the details go to
+    the tenant's own store.
+    """
+    from fedtune.engines import layout, steps
+
+    env = tenants[task.tenant]
+    try:
+        if task.kind == "client":
+            return Outcome(task, steps.client_step(env, task.round_index))
+        return Outcome(task, {"metrics": steps.evaluate_step(env)})
+    except FedtuneError as exc:
+        tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
+        where = steps.keep_failure_details(env, tag, exc)
+        failure = exc.redacted().render()
+        log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
+                  failure, where)
+        return Outcome(task, None, f"{task.kind} step failed: {failure}")
 
 
 class InProcessRunner:
@@ -133,29 +145,12 @@ class InProcessRunner:
     def run(
         self, tasks: Sequence[Task], on_done: Callable[[Outcome], None] | None = None
     ) -> dict[str, Outcome]:
-        """Run ``tasks`` in order in this process; a tenant's FedtuneError is its outcome."""
-        from fedtune.engines import layout, steps
-
+        """Run ``tasks`` in order in this process."""
         outcomes: dict[str, Outcome] = {}
         for task in tasks:
-            env = self.tenants[task.tenant]
-            try:
-                if task.kind == "client":
-                    outcome = Outcome(task, steps.client_step(env, task.round_index))
-                else:
-                    outcome = Outcome(task, {"metrics": steps.evaluate_step(env)})
-            except FedtuneError as exc:
-                # Only the redacted failure reaches the summary and MLflow; the details stay
-                # with the tenant.
-                tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
-                where = steps.keep_failure_details(env, tag, exc)
-                failure = exc.redacted().render()
-                log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
-                          failure, where)
-                outcome = Outcome(task, None, f"{task.kind} step failed: {failure}")
-            outcomes[task.tenant] = outcome
+            outcomes[task.tenant] = run_task(self.tenants, task)
             if on_done:
-                on_done(outcome)
+                on_done(outcomes[task.tenant])
         return outcomes
 
 
