@@ -143,9 +143,14 @@ def _bwrap_prefix(binary: str, workdir: str) -> list[str]:
         "--proc", "/proc",
         "--dev", "/dev",
         "--tmpfs", "/tmp",
-        "--bind", workdir, workdir,
-        "--chdir", workdir,
     ]
+    # The interpreter and this package may themselves live under /tmp (a CI checkout): show
+    # them again, read-only, on top of the private /tmp.
+    interpreter = os.path.dirname(os.path.realpath(sys.executable))
+    for needed in sorted({sys.prefix, sys.base_prefix, interpreter, str(_CHILD.parent)}):
+        if Path(needed).resolve().is_relative_to("/tmp"):
+            args += ["--ro-bind", needed, needed]
+    args += ["--bind", workdir, workdir, "--chdir", workdir]
     home = Path(os.path.expanduser("~"))
     for secret in (".aws", ".kube", ".ssh", ".docker", ".config", ".netrc", ".cache"):
         if (home / secret).is_dir():
