@@ -1,13 +1,12 @@
-"""The tenant admission policy, evaluated with a real CEL implementation.
+"""The tenant admission policy, evaluated with two real CEL implementations.
 
 The chart renders one ValidatingAdmissionPolicy per tenant. Its CEL expressions are evaluated
-here (``cel-python``) the way the API server does: match conditions first, then variables
-(lazily, so a guarded rule never touches a Job-only variable of a non-Job), then every
-validation, with ``messageExpression`` falling back to ``message`` on an error. The launcher's
-real manifests, built from the rendered tenants ConfigMap, must be admitted; each way of
-misusing the launcher's rights must be refused with a message naming what was refused. Every
-manifest fed to the policy is first validated against the Kubernetes schema, so each refusal
-is the policy's doing, not a malformed object's.
+the way the API server does (``admission_cel.py``), under ``cel-python`` and under Google's C++
+runtime (``cel-expr-python``, which also type-checks them); every test that reviews a request
+runs under both, so the two must agree. The launcher's real manifests, built from the rendered
+tenants ConfigMap, must be admitted; each way of misusing the launcher's rights must be refused
+with a message naming what was refused. Every manifest fed to the policy is first validated
+against the Kubernetes schema, so each refusal is the policy's doing, not a malformed object's.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import celpy
 import kubernetes_validate
 import pytest
+from admission_cel import CppPolicy, Policy, PythonPolicy
 from chart_helpers import KUBE_VERSION, NAMESPACE, VALUES_DIR, Rendered, Renderer, load_yaml
 
 from fedtune.config import parse_job
@@ -36,100 +35,8 @@ NAMESPACES = {
     "hospital-b": "fedtune-hospital-b",
     "clinic-c": "clinic-c-federated",
 }
-GROUPS = {
-    "jobs": ("batch", "v1"),
-    "cronjobs": ("batch", "v1"),
-    "pods": ("", "v1"),
-    "configmaps": ("", "v1"),
-}
-
 Manifest = dict[str, Any]
-
-
-class LazyVariables(celpy.celtypes.MapType):
-    """``variables``: each evaluated on first use, as the API server does.
-
-    A variable that fails to evaluate yields CEL's error value, which ``||`` and ``&&`` absorb
-    like the API server's CEL does, so a guarded rule is unaffected by it.
-    """
-
-    def __init__(self, programs: dict[str, Any], activation: dict[str, Any]) -> None:
-        super().__init__({celpy.celtypes.StringType(n): None for n in programs})
-        self._programs = programs
-        self._activation = activation
-        self._values: dict[str, Any] = {}
-
-    def __getitem__(self, key: Any) -> Any:
-        name = str(key)
-        if name not in self._programs:
-            raise KeyError(key)
-        if name not in self._values:
-            try:
-                self._values[name] = self._programs[name].evaluate(self._activation)
-            except celpy.CELEvalError as exc:
-                self._values[name] = exc
-        return self._values[name]
-
-
-class Policy:
-    """A rendered ValidatingAdmissionPolicy, evaluated like the API server does."""
-
-    def __init__(self, doc: dict[str, Any]) -> None:
-        self.env = celpy.Environment()
-        spec = doc["spec"]
-        self.match = [self._compile(m["expression"]) for m in spec.get("matchConditions", [])]
-        self.variables = {
-            v["name"]: self._compile(v["expression"]) for v in spec.get("variables", [])
-        }
-        self.validations = [
-            (
-                self._compile(v["expression"]),
-                self._compile(v["messageExpression"]) if "messageExpression" in v else None,
-                v["message"],
-            )
-            for v in spec["validations"]
-        ]
-        self.fallbacks: list[str] = []  # static messages used because a messageExpression failed
-
-    def _compile(self, text: str) -> Any:
-        return self.env.program(self.env.compile(text))
-
-    def review(self, obj: Manifest, *, user: str = LAUNCHER, resource: str = "jobs") -> list[str]:
-        """The messages of the failed validations; [] means admitted (or not matched)."""
-        group, version = GROUPS[resource]
-        request = {
-            "operation": "CREATE",
-            "userInfo": {"username": user},
-            "resource": {"group": group, "version": version, "resource": resource},
-        }
-        activation: dict[str, Any] = {
-            "object": celpy.json_to_cel(obj),
-            "request": celpy.json_to_cel(request),
-        }
-        if not all(bool(m.evaluate(activation)) for m in self.match):
-            return []
-        activation["variables"] = LazyVariables(self.variables, activation)
-        failed = []
-        for program, message_program, message in self.validations:
-            try:
-                result = program.evaluate(activation)
-            except celpy.CELEvalError as exc:
-                result = exc
-            # failurePolicy Fail: an evaluation error denies, like a false result.
-            allowed = not isinstance(result, Exception) and bool(result)
-            if allowed:
-                continue
-            if message_program is not None:
-                try:
-                    text: Any = message_program.evaluate(activation)
-                except celpy.CELEvalError as exc:
-                    text = exc
-                if isinstance(text, str) and text and "\n" not in text:
-                    failed.append(str(text))
-                    continue
-                self.fallbacks.append(f"{message} ({text!r})")
-            failed.append(message)
-        return failed
+RUNTIMES = {"cel-python": PythonPolicy, "cel-cpp": CppPolicy}
 
 
 def _tenants_file(rendered: Rendered, tmp_path: Path) -> Path:
@@ -165,11 +72,13 @@ def rendered(rendered_scenarios: dict[str, Rendered]) -> Rendered:
     return rendered_scenarios[SCENARIO]
 
 
-@pytest.fixture(scope="module")
-def policies(rendered: Rendered) -> dict[str, Policy]:
-    """Each tenant's rendered policy, by tenant name."""
+@pytest.fixture(scope="module", params=sorted(RUNTIMES))
+def policies(rendered: Rendered, request: pytest.FixtureRequest) -> dict[str, Policy]:
+    """Each tenant's rendered policy under one CEL runtime, by tenant name."""
+    if request.param == "cel-cpp":
+        pytest.importorskip("cel_expr_python", reason="cel-expr-python has no wheel here")
     return {
-        d["metadata"]["labels"]["fedtune.io/tenant"]: Policy(d)
+        d["metadata"]["labels"]["fedtune.io/tenant"]: RUNTIMES[request.param](d, launcher=LAUNCHER)
         for d in rendered.of_kind("ValidatingAdmissionPolicy")
     }
 
