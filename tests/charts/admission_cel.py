@@ -26,12 +26,17 @@ GROUPS = {
 
 
 def admission_request(user: str, resource: str) -> dict[str, Any]:
-    """The ``request`` variable of a CREATE by ``user`` of ``resource``."""
-    group, version = GROUPS[resource]
+    """The ``request`` variable of ``user``'s request on ``resource``.
+
+    A plain resource is a CREATE; ``pods/exec`` and the like a CONNECT to that subresource.
+    """
+    name, _, sub = resource.partition("/")
+    group, version = GROUPS[name]
     return {
-        "operation": "CREATE",
+        "operation": "CONNECT" if sub else "CREATE",
         "userInfo": {"username": user},
-        "resource": {"group": group, "version": version, "resource": resource},
+        "resource": {"group": group, "version": version, "resource": name},
+        "subResource": sub,
     }
 
 

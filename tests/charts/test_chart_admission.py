@@ -376,8 +376,8 @@ def test_the_launcher_may_create_no_bare_pod(policy: Policy, manifest: Manifest)
         }
     )
     assert policy.review(pod, resource="pods") == [
-        "refused pods (group '', version v1): the fedtune launcher may create only batch/v1 Jobs"
-        " in the namespace of tenant hospital-a"
+        "refused CREATE of pods (group '', version v1): the fedtune launcher may only create"
+        " batch/v1 Jobs in the namespace of tenant hospital-a"
     ]
 
 
@@ -394,7 +394,7 @@ def test_the_launcher_may_create_no_cronjob(policy: Policy, manifest: Manifest) 
         }
     )
     assert [m.split(":")[0] for m in policy.review(cron, resource="cronjobs")] == [
-        "refused cronjobs (group 'batch', version v1)"
+        "refused CREATE of cronjobs (group 'batch', version v1)"
     ]
 
 
@@ -408,7 +408,15 @@ def test_the_launcher_may_create_nothing_else(policy: Policy) -> None:
         }
     )
     assert [m.split(":")[0] for m in policy.review(config_map, resource="configmaps")] == [
-        "refused configmaps (group '', version v1)"
+        "refused CREATE of configmaps (group '', version v1)"
+    ]
+
+
+@pytest.mark.parametrize("subresource", ["exec", "attach", "portforward"])
+def test_the_launcher_may_not_enter_a_tenant_pod(policy: Policy, subresource: str) -> None:
+    options = {"kind": "PodExecOptions", "apiVersion": "v1", "command": ["sh"], "stdin": True}
+    assert [m.split(":")[0] for m in policy.review(options, resource=f"pods/{subresource}")] == [
+        f"refused CONNECT of pods/{subresource} (group '', version v1)"
     ]
 
 
