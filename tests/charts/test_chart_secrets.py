@@ -96,7 +96,9 @@ def test_secret_names_are_only_ever_references(render: Renderer) -> None:
         ".annotations.fedtune.io/bucket-secret-name",
         ".data.tenants.json",
         # The tenant's admission policy names the one Secret a launched Job may read.
+        "ValidatingAdmissionPolicy.spec.variables[].expression",
         "ValidatingAdmissionPolicy.spec.validations[].expression",
+        "ValidatingAdmissionPolicy.spec.validations[].messageExpression",
         "ValidatingAdmissionPolicy.spec.validations[].message",
     )
     for sentinel, paths in found.items():
