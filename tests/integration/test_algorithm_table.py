@@ -35,6 +35,12 @@ TABLE: dict[str, dict[str, Any]] = {
     "fedot": {"name": "fedot", "dropout": 0.5, "pre_distill_steps": 1, "eval_every": 100},
     "offsite-tuning": {"name": "offsite-tuning", "dropout": 0.5, "pre_distill_steps": 1,
                        "eval_every": 100},
+    "fedpt": {"name": "fedpt", "large_model": {"source": "tiny", "hidden_size": 48,
+              "num_layers": 3, "num_heads": 2, "intermediate_size": 96}, "kd_size": 8,
+              "kd_batch_size": 4, "kd_steps": 2, "max_generation_examples": 2, "max_new_tokens": 4},
+    "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 48,
+                  "num_layers": 3, "num_heads": 2, "intermediate_size": 96},
+                  "max_generation_examples": 2, "max_new_tokens": 4},
 }
 
 # Job fields a row needs beyond the default tiny job (2-layer model, 3 tenants, no public data).
@@ -44,6 +50,8 @@ _OFFSITE_JOB = {
     "public_data_uri": str(DATA / "public.jsonl"),
 }
 JOB_OVERRIDES: dict[str, dict[str, Any]] = {
+    "fedpt": {"public_data_uri": str(DATA / "public.jsonl")},
+    "fedavg-pt": {"public_data_uri": str(DATA / "public.jsonl")},
     "fedbiot": _OFFSITE_JOB,
     "fedot": _OFFSITE_JOB,
     "offsite-tuning": {

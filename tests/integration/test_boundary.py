@@ -50,6 +50,13 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
     "fedbiot": {"name": "fedbiot", "adapter_size": 2, "align_steps": 1, **OFFSITE_FAMILY},
     "fedot": {"name": "fedot", **OFFSITE_FAMILY},
     "offsite-tuning": {"name": "offsite-tuning", **OFFSITE_FAMILY},
+    # FedPT's large model shares the builtin tokenizer of the provider's small model.
+    "fedpt": {"name": "fedpt", "large_model": {"source": "tiny", "hidden_size": 32,
+              "num_layers": 2, "num_heads": 2, "intermediate_size": 64}, "kd_size": 4,
+              "kd_steps": 1, "max_generation_examples": 0},
+    "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 32,
+                  "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
+                  "max_generation_examples": 0},
 }
 
 

@@ -248,7 +248,9 @@ def export_and_register(
     )
     exported = steps.export_step(env, env.stores.workdir / "artifacts" / job.name)
     # Several registered models of one run (e.g. FedBiOT's AdapEmu and AdapFu) each get a
-    # registered model of their own, `<name>-<artifact>`, so one alias cannot point at two.
+    # registered model of their own, `<name>-<artifact>`, so one alias cannot point at two;
+    # an artifact called "model" is the run's main model and keeps `<name>` (FedPT's
+    # proxy-tuned composite beside `<name>-small`).
     several = sum(1 for artifact, _ in exported.values() if artifact.register) > 1
     artifacts: dict[str, Any] = {}
     for name, (artifact, uri) in exported.items():
@@ -258,7 +260,7 @@ def export_and_register(
             ref = tracker.log_model(
                 artifact.path,
                 name=name,
-                registered_name=f"{base_name}-{name}" if several else base_name,
+                registered_name=base_name if not several or name == "model" else f"{base_name}-{name}",
                 alias=job.tracking.alias,
                 tags=artifact.tags,
             )

@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 MODEL_CODE = Path(__file__).with_name("hf_pyfunc_model.py")
 HF_ARTIFACT = "hf_dir"  # must match HF_ARTIFACT in hf_pyfunc_model.py
+PROXY_MODEL_CODE = Path(__file__).with_name("proxy_pyfunc_model.py")
+PROXY_ARTIFACT = "proxy_dir"  # must match PROXY_ARTIFACT in proxy_pyfunc_model.py
+PROXY_MANIFEST = "fedpt.json"  # FedPT's composite (fedtune.algorithms.fedpt.algorithm)
 _ALIAS = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
 _VERSION_LIKE = re.compile(r"^[vV]\d+$")  # MLflow reserves v<number> for versions
 
@@ -78,6 +81,34 @@ def _signature() -> Any:
     )
 
 
+def is_proxy_dir(model_dir: Path) -> bool:
+    """A FedPT proxy-tuned composite (manifest, ``large/``, ``small/``), not one HF directory."""
+    return (model_dir / PROXY_MANIFEST).is_file()
+
+
+def _model_code(model_dir: Path, tmp: Path) -> dict[str, Any]:
+    """``save_model`` arguments of the model code that loads ``model_dir``."""
+    if not is_proxy_dir(model_dir):
+        with_peft = (model_dir / "adapter" / "adapter_config.json").is_file()
+        return {
+            "python_model": str(MODEL_CODE),
+            "artifacts": {HF_ARTIFACT: str(model_dir)},
+            "pip_requirements": model_requirements(with_peft),
+        }
+    # The decoding routine travels with the model under a name that cannot clash.
+    from fedtune.algorithms.fedpt import decoding
+
+    shipped = tmp / "code" / "fedtune_fedpt_decoding.py"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text(Path(decoding.__file__).read_text())
+    return {
+        "python_model": str(PROXY_MODEL_CODE),
+        "artifacts": {PROXY_ARTIFACT: str(model_dir)},
+        "pip_requirements": model_requirements(with_peft=True),
+        "code_paths": [str(shipped)],
+    }
+
+
 def check_model_dir(model_dir: Path, alias: str | None) -> None:
     """Fail early, before anything is written to MLflow.
 
@@ -85,7 +116,7 @@ def check_model_dir(model_dir: Path, alias: str | None) -> None:
         ModelError: ``model_dir`` has no ``config.json``.
         ConfigError: ``alias`` is not a valid MLflow alias.
     """
-    if not (model_dir / "config.json").is_file():
+    if not is_proxy_dir(model_dir) and not (model_dir / "config.json").is_file():
         raise ModelError(
             f"{str(model_dir)!r} is not a Hugging Face model directory (no config.json)",
             fix="Export the model with save_pretrained() (and the tokenizer beside it) "
@@ -128,7 +159,6 @@ def log_hf_model(
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model
 
-    with_peft = (model_dir / "adapter" / "adapter_config.json").is_file()
     logged = client.create_logged_model(
         experiment_id=experiment_id, name=name, source_run_id=run_id, tags=tags
     )
@@ -140,9 +170,7 @@ def log_hf_model(
             warnings.filterwarnings("ignore", message=".*An input example was not")
             mlflow.pyfunc.save_model(
                 path=str(local),
-                python_model=str(MODEL_CODE),
-                artifacts={HF_ARTIFACT: str(model_dir)},
-                pip_requirements=model_requirements(with_peft),
+                **_model_code(model_dir, Path(tmp)),
                 signature=_signature(),
                 mlflow_model=Model(
                     artifact_path=logged.artifact_location,

@@ -22,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import random
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -42,6 +42,8 @@ from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
 from fedtune.training.local import Batch, batch_indices
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,15 @@ class ProviderContext(_Encoding):
         this to write pristine base weights beside the adapter.
         """
         return build_model(self.model_config, self.tokenizer_spec)
+
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """``build()`` once per process: provider-side things an algorithm keeps (FedPT's
+        large model). Never results that depend on a round: phases stay pure functions of
+        their messages."""
+        cache_key = f"memo:{key}"
+        if cache_key not in self._cache:
+            self._cache[cache_key] = build()
+        return self._cache[cache_key]  # type: ignore[no-any-return]
 
     def peft_model(self, adapter: dict[str, torch.Tensor] | None = None) -> Any:
         """The base model wrapped with LoRA; with ``adapter``, those weights are loaded.
