@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HF_ARTIFACT = "hf_dir"  # the artifact key MlflowTracker.log_model stores the HF directory under
+PROXY_ARTIFACT = "proxy_dir"  # FedPT's composite (fedtune.tracking.proxy_pyfunc_model)
 HEALTH_TIMEOUT_S = 5.0
 QUICKSTART_DIR = Path(".fedtune")
 
@@ -236,6 +237,14 @@ class ModelRegistry:
             else {}
         )
         path = flavor.get("artifacts", {}).get(HF_ARTIFACT, {}).get("path")
+        if not path and PROXY_ARTIFACT in flavor.get("artifacts", {}):
+            raise ModelError(
+                f"{record.name} version {record.version} is a FedPT proxy-tuned composite (a "
+                "large model, a small model and an adapter decoded together), which a KServe "
+                "Hugging Face runtime cannot serve",
+                fix=f"Serve it with `fedtune serve-local {record.name}/{record.version}`, or "
+                f"promote the small model, registered as {record.name}-small.",
+            )
         if not path:
             raise ModelError(
                 f"{record.name} version {record.version} holds no Hugging Face directory "
