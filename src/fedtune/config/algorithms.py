@@ -303,7 +303,11 @@ class LargeHttpConfig(StrictModel):
         "small model's, and used to map returned tokens to ids.",
     )
     top_k: int = Field(
-        20, ge=1, le=1000, description="Log-probabilities per position the endpoint returns."
+        20,
+        ge=1,
+        le=262144,
+        description="Log-probabilities per position the endpoint returns (vLLM caps it with "
+        "--max-logprobs, default 20; the OpenAI API at 5). Larger is closer to Eq. 3.",
     )
     timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Timeout of one request.")
     max_retries: int = Field(
