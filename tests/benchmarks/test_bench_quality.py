@@ -85,3 +85,43 @@ def test_invalid_options_are_config_errors(
     code = main(["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", *extra])
     assert code == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_fedpt_family_scores_the_proxy_and_the_small_model(ci_workspace: Path, tmp_path: Path) -> None:
+    """FedPT's comparison: the proxy-tuned large model against FedAvg on the small model."""
+    import shutil
+
+    workspace = tmp_path / "ws"
+    shutil.copytree(ci_workspace / "suite", workspace / "suite")
+    shutil.copytree(ci_workspace / "models", workspace / "models")
+    spec = QualitySpec(
+        algorithms=("fedpt", "fedavg-pt"),
+        baselines=("zero-shot", "fedavg-small"),
+        seeds=(0,),
+        rounds=2,
+        local_steps=2,
+        batch_size=4,
+        lora_r=4,
+        lora_alpha=8.0,
+        max_seq_len=128,
+        eval_every=1,
+        algorithm_params={"fedpt": {"kd_size": 8, "kd_batch_size": 4, "kd_steps": 2, "eval_every": 100}},
+    )
+    results = run_quality(Workspace(workspace), spec)
+    runs = {run["method"]: run["rounds"] for run in results["runs"]}
+    zero, small = runs["zero-shot"][0], runs["fedavg-small"]
+    for method in ("fedpt", "fedavg-pt"):
+        # Round 0: no tuning direction yet, so Eq. 3 is exactly the large model.
+        assert runs[method][0]["test_loss"] == pytest.approx(zero["test_loss"], rel=1e-6)
+        assert runs[method][0]["small/test_loss"] == pytest.approx(small[0]["test_loss"], rel=1e-6)
+        assert runs[method][2]["test_loss"] != pytest.approx(zero["test_loss"], rel=1e-6)
+    # FedAvg+PT federates exactly what FedAvg on the small model does; FedPT's distillation
+    # moves the small model away from it.
+    for pt, plain in zip(runs["fedavg-pt"], small, strict=True):
+        assert pt["small/test_loss"] == pytest.approx(plain["test_loss"], rel=1e-6)
+    assert runs["fedpt"][2]["small/test_loss"] != pytest.approx(small[2]["test_loss"], rel=1e-6)
+    claims = {c["claim"] for c in results["claims"]}
+    assert {"fedpt > fedavg-small", "fedpt > fedavg-pt", "fedavg-pt > fedavg-small"} <= claims
+    from fedtune.benchmarks.report import quality_markdown
+
+    assert "small-model EM" in quality_markdown(results)

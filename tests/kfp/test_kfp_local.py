@@ -118,3 +118,46 @@ def test_kfp_local_fedbiot_equals_the_local_engine_bitwise(tmp_path: Path) -> No
         # A provider-only model (AdapFu) never reaches the exchange store in either engine.
         assert mine["uri"].startswith("file://")
         assert ("/exchange/" in mine["uri"]) == ("/exchange/" in artifact["uri"]), name
+
+
+FEDPT = {
+    "rounds": 2,
+    "algorithm": {
+        "name": "fedpt",
+        "large_model": {
+            "source": "tiny",
+            "hidden_size": 48,
+            "num_layers": 3,
+            "num_heads": 2,
+            "intermediate_size": 96,
+            "max_position_embeddings": 128,
+            "init_seed": 1,
+        },
+        "kd_size": 8,
+        "kd_batch_size": 4,
+        "kd_steps": 2,
+        "max_new_tokens": 4,
+        "max_generation_examples": 1,
+    },
+    "public_data_uri": str(DATA / "public.jsonl"),
+}
+
+
+@pytest.mark.slow
+def test_kfp_local_fedpt_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
+    """Distillation in separate aggregate processes reads the large model's log-probs from the
+    provider's store: every round trains the same bits and queries the large model zero times."""
+    local_job = two_tenant_job(tmp_path / "local", **FEDPT)
+    kfp_job = two_tenant_job(tmp_path / "kfp", **FEDPT)
+
+    expected = run_job(local_job, NullTracker(), QUIET)
+    got = run_kfp_local(kfp_job, QUIET)
+
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert a.keys() == b.keys() and all(k.startswith("adapter/") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
+        assert record["server_metrics"] == reference["server_metrics"]
+        assert record["server_metrics"]["fedpt/large_queries"] == 0.0
+    assert got["artifacts"].keys() == expected["artifacts"].keys() == {"model", "small"}

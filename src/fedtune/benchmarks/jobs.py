@@ -58,13 +58,14 @@ def bench_job(
     seed: int,
     rounds: int,
     local_steps: int,
+    algorithm_overrides: Mapping[str, Any] | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
     No tenant data is held out (``eval_fraction: 0``): the benchmarks score on the suite's
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline.
     """
-    params = dict(settings.algorithm_params.get(algorithm, {}))
+    params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
     if algorithm == "scaffold" and settings.optimizer != "sgd":
         # The recorded tables compare every method with the same AdamW clients; SCAFFOLD is
         # defined for SGD clients, so the comparison opts in explicitly (and says so).

@@ -15,7 +15,13 @@ once registered) and the baselines of the papers:
   "local-only" training FedIT compares against);
 - ``centralized``: all tenants' data pooled as one tenant, with as many steps per round as
   the whole federation takes (FedMKT's Centralized, the usual upper bound). Single-client
-  algorithms (Offsite-tuning) run on the same pooled data.
+  algorithms (Offsite-tuning) run on the same pooled data;
+- ``fedavg-small``: FedAvg on the workspace's ``small`` model (FedPT's "FedAvg (760M)").
+
+FedPT and FedAvg+PT federate the ``small`` model with the benchmark's model (``large`` by
+default) as the provider's large model; their ``em`` is the proxy-tuned large model's (Eq. 3,
+what the paper reports), and ``small/em``, ``small/test_loss`` score the federated small
+model alone. FedAvg on the ``large`` model is the paper's "directly fine-tuning the large LM".
 
 Per round it records ``em`` (mean of per-category exact match on the balanced test set),
 ``em/<category>``, ``local_em`` (each tenant's own task mix, averaged over tenants),
@@ -64,6 +70,11 @@ FEDIT: Final[tuple[str, ...]] = (
     "fedadagrad",
 )
 BASELINES: Final[tuple[str, ...]] = ("zero-shot", "standalone", "centralized")
+# Run only when asked (FedPT's comparison): FedAvg on the workspace's small model.
+EXTRA_BASELINES: Final[tuple[str, ...]] = ("fedavg-small",)
+# Algorithms that federate the small model and proxy-tune the benchmark's model with it.
+PROXY_TUNED: Final[frozenset[str]] = frozenset({"fedpt", "fedavg-pt"})
+SMALL_MODEL: Final = "small"
 # Which exported model is scored when an algorithm exports several (FedBiOT's AdapFu is the
 # provider's full model with the tenants' adapter, the one the papers report).
 PRIMARY_ARTIFACTS: Final[tuple[str, ...]] = ("model", "adapfu")
@@ -111,9 +122,10 @@ def _check(spec: QualitySpec) -> None:
     unknown = [a for a in spec.algorithms if a not in registered]
     if unknown:
         problems.append(f"unknown algorithm(s) {unknown}; registered: {registered}")
-    unknown_baselines = [b for b in spec.baselines if b not in BASELINES]
+    known = [*BASELINES, *EXTRA_BASELINES]
+    unknown_baselines = [b for b in spec.baselines if b not in known]
     if unknown_baselines:
-        problems.append(f"unknown baseline(s) {unknown_baselines}; known: {list(BASELINES)}")
+        problems.append(f"unknown baseline(s) {unknown_baselines}; known: {known}")
     if not spec.algorithms and not spec.baselines:
         problems.append("no algorithm and no baseline to run")
     if not spec.seeds:
@@ -127,7 +139,7 @@ def _check(spec: QualitySpec) -> None:
         raise ConfigError(
             "invalid quality benchmark: " + "; ".join(problems),
             fix="Pick methods from `fedtune algorithms` and the baselines "
-            f"{', '.join(BASELINES)}; set --param only for algorithms that run.",
+            f"{', '.join(known)}; set --param only for algorithms that run.",
         )
 
 
@@ -151,6 +163,19 @@ class _Bench:
         )
         self.zero_shot = evaluate_model(base, self.eval_set)
         self.zero_shot["local_em"] = self.local_em(self.zero_shot)
+        self._small_zero_shot: Metrics | None = None
+
+    @property
+    def small_dir(self) -> Path:
+        return self.workspace.require_model(SMALL_MODEL)
+
+    def small_zero_shot(self) -> Metrics:
+        """The untrained small model's scores (round 0 of the small-model methods)."""
+        if self._small_zero_shot is None:
+            base, _ = load_pretrained(str(self.small_dir))
+            self._small_zero_shot = evaluate_model(base, self.eval_set)
+            self._small_zero_shot["local_em"] = self.local_em(self._small_zero_shot)
+        return dict(self._small_zero_shot)
 
     def local_em(self, metrics: Metrics) -> float:
         """The global model's EM on each tenant's own task mix, averaged over tenants."""
@@ -166,18 +191,31 @@ class _Bench:
         seed: int,
         workdir: Path,
         local_steps: int,
+        model_dir: Path | None = None,
     ) -> JobConfig:
+        overrides: dict[str, Any] | None = None
+        if algorithm in PROXY_TUNED:
+            # Tenants federate the small model; the benchmark's model is the large black box.
+            overrides = {
+                "large_model": {"source": "pretrained", "uri": str(self.model_dir.resolve())}
+            }
+            if "eval_every" not in self.spec.algorithm_params.get(algorithm, {}):
+                # The benchmark scores every evaluated round itself; skip the provider's own
+                # per-round generation metrics (they decode with three models).
+                overrides["eval_every"] = self.spec.rounds + 1
+            model_dir = self.small_dir
         return bench_job(
             self.spec,
             name=name,
             algorithm=algorithm,
-            model_dir=self.model_dir,
+            model_dir=model_dir or self.model_dir,
             suite_dir=self.workspace.suite_dir,
             tenants=tenants,
             workdir=workdir,
             seed=seed,
             rounds=self.spec.rounds,
             local_steps=local_steps,
+            algorithm_overrides=overrides,
         )
 
     def run(self, job: JobConfig) -> list[Metrics]:
@@ -201,11 +239,17 @@ class _Bench:
     ) -> Metrics:
         """Exact match and loss of the model a server state stands for."""
         from fedtune.algorithms.fedavg import LoraFedAlgorithm
+        from fedtune.algorithms.fedpt import FedPT
 
+        uri = getattr(env.ctx.model_config, "uri", None)
+        small_dir = self.workspace.model_dir(SMALL_MODEL).resolve()
+        on_small = uri is not None and Path(uri).resolve() == small_dir
+        if isinstance(env.algorithm, FedPT):
+            return self.score_proxy(env, env.algorithm, state, round_index)
         if isinstance(env.algorithm, LoraFedAlgorithm):
             if round_index == 0:
                 # LoRA's B starts at zero, so the initial global model is the base model.
-                return dict(self.zero_shot)
+                return self.small_zero_shot() if on_small else dict(self.zero_shot)
             model = env.ctx.peft_model(state.group("adapter"))
             metrics = evaluate_model(model, self.eval_set, env.ctx.tokenizer())
         else:
@@ -217,6 +261,29 @@ class _Bench:
             model, tokenizer = load_pretrained(str(artifacts[chosen].path))
             metrics = evaluate_model(model, self.eval_set, tokenizer)
         metrics["local_em"] = self.local_em(metrics)
+        return metrics
+
+    def score_proxy(
+        self, env: steps.ProviderEnv, algorithm: Any, state: ServerState, round_index: int
+    ) -> Metrics:
+        """The proxy-tuned large model's scores (``em`` ...) and the small model's
+        (``small/em``, ``small/test_loss``)."""
+        from fedtune.algorithms.fedpt.proxy import ProxyTunedLM
+
+        small_scores = self.small_zero_shot()
+        if round_index == 0:
+            # A zero LoRA update: Eq. 3 gives exactly the large model.
+            metrics = dict(self.zero_shot)
+        else:
+            small = env.ctx.peft_model(state.group("adapter"))
+            small_scores = evaluate_model(small, self.eval_set, env.ctx.tokenizer())
+            large = algorithm.large(env.ctx).local_model
+            pre = algorithm.small_pre(env.ctx).model
+            proxied = ProxyTunedLM(large, pre, small, algorithm.config.alpha)
+            metrics = evaluate_model(proxied, self.eval_set, env.ctx.tokenizer())
+            metrics["local_em"] = self.local_em(metrics)
+        metrics["small/em"] = small_scores["em"]
+        metrics["small/test_loss"] = small_scores["test_loss"]
         return metrics
 
     # -- methods ------------------------------------------------------------------------
@@ -245,6 +312,20 @@ class _Bench:
                 seed=seed,
                 workdir=Path(tmp),
                 local_steps=self.spec.local_steps * len(self.tenants),
+            )
+            return self.run(job)
+
+    def fedavg_small(self, seed: int) -> list[Metrics]:
+        """FedAvg on the small model (FedPT's small-model baseline)."""
+        with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
+            job = self.job(
+                name=f"q-fedavg-small-s{seed}",
+                algorithm="fedavg",
+                tenants=self.tenants,
+                seed=seed,
+                workdir=Path(tmp),
+                local_steps=self.spec.local_steps,
+                model_dir=self.small_dir,
             )
             return self.run(job)
 
@@ -311,6 +392,8 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
             record("standalone", "baseline", seed, partial(bench.standalone, seed))
         if "centralized" in spec.baselines:
             record("centralized", "baseline", seed, partial(bench.pooled, "fedavg", seed))
+        if "fedavg-small" in spec.baselines:
+            record("fedavg-small", "baseline", seed, partial(bench.fedavg_small, seed))
     table = summarize(runs)
     return {
         "spec": spec.to_json(),

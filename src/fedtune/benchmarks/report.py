@@ -32,6 +32,8 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     """The quality table (final round, mean ± std over seeds) and the paper claims."""
     spec = results["spec"]
     categories: list[str] = results["categories"]
+    # FedPT's rows score the proxy-tuned large model; its small model gets its own column.
+    small = any("small/em" in row["metrics"] for row in results["table"])
     lines = [
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
@@ -41,8 +43,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         "",
         "| method | n | EM | local EM | best-round EM | "
         + " | ".join(f"EM {c}" for c in categories)
-        + " | test loss | s/run |",
-        "|---|---:|---:|---:|---:|" + "---:|" * len(categories) + "---:|---:|",
+        + " | test loss |"
+        + (" small-model EM |" if small else "")
+        + " s/run |",
+        "|---|---:|---:|---:|---:|" + "---:|" * (len(categories) + small) + "---:|---:|",
     ]
     for row in results["table"]:
         metrics = row["metrics"]
@@ -54,6 +58,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             _pm(row["best_em"]),
             *(f"{metrics[f'em/{c}']['mean']:.2f}" for c in categories),
             _pm(metrics["test_loss"]),
+            *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -130,3 +130,22 @@ def test_alpha_must_be_a_finite_number(alpha: object) -> None:
         proxy.check_alpha(alpha)  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         FedPTConfig(name="fedpt", alpha=alpha, large_model={"source": "tiny"})  # type: ignore[arg-type]
+
+
+def test_proxy_tuned_lm_generates_what_single_sequence_decoding_does_in_a_padded_batch(trio: tuple) -> None:
+    """Evaluation's batched greedy path (left padding, positions from the mask) equals Eq. 3
+    decoding of each prompt alone."""
+    from fedtune.eval.generation import generate_greedy
+
+    large, pre, ft = trio
+    prompts = ["Give three tips for staying healthy.", "Hi", "Name a colour"]
+    lm = proxy.ProxyTunedLM(large, pre, ft, 0.7)
+    got = generate_greedy(lm, TOKENIZER, prompts, 5, batch_size=3)
+    for prompt, text in zip(prompts, got, strict=True):
+        alone = proxy.generate(
+            large, pre, ft, TOKENIZER(prompt)["input_ids"], 0.7, max_new_tokens=5,
+            eos_token_id=TOKENIZER.eos_token_id,
+        )
+        if TOKENIZER.eos_token_id in alone:
+            alone = alone[: alone.index(TOKENIZER.eos_token_id)]
+        assert text == TOKENIZER.decode(alone, skip_special_tokens=True)

@@ -35,6 +35,7 @@ from fedtune.core.errors import ConfigError
 __all__ = [
     "LogitSource",
     "ModelLogits",
+    "ProxyTunedLM",
     "check_same_vocabulary",
     "generate",
     "proxy_logits",
@@ -194,6 +195,64 @@ def generate(
 def recompute_decoder(source: LogitSource) -> Decoder:
     """A decoder that rescores the whole prefix each step (for sources without a cache)."""
     return RecomputeDecoder(source.logits)
+
+
+class ProxyTunedLM(torch.nn.Module):
+    """The proxy-tuned large model (Eq. 3) as a causal LM, for evaluation code that expects one.
+
+    ``forward`` returns an object with ``.logits``; ``generate`` is batched greedy decoding
+    over left-padded prompts (what :func:`fedtune.eval.generation.generate_greedy` calls).
+    Positions follow the attention mask, so a prompt decodes the same whatever its
+    batch-mates. Each step rescores the whole prefix (no cache): meant for tests and
+    benchmarks; :func:`generate` is the cached path for one sequence.
+    """
+
+    def __init__(
+        self, large: torch.nn.Module, small_pre: torch.nn.Module, small_ft: torch.nn.Module, alpha: float
+    ) -> None:
+        super().__init__()
+        self.large, self.small_pre, self.small_ft = large, small_pre, small_ft
+        self.alpha = check_alpha(alpha)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **_: Any
+    ) -> Any:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = [
+            m(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
+            for m in (self.large, self.small_pre, self.small_ft)
+        ]
+        return _Output(combine(*logits, self.alpha))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int,
+        eos_token_id: int | None = None,
+        pad_token_id: int = 0,
+        **_: Any,
+    ) -> torch.Tensor:
+        ids, mask = input_ids, attention_mask
+        done = torch.zeros(ids.shape[0], dtype=torch.bool)
+        for _step in range(max_new_tokens):
+            token = self(ids, mask).logits[:, -1].argmax(-1)
+            token = torch.where(done, torch.full_like(token, pad_token_id), token)
+            ids = torch.cat([ids, token[:, None]], dim=1)
+            mask = torch.cat([mask, (~done).long()[:, None]], dim=1)
+            if eos_token_id is not None:
+                done |= token == eos_token_id
+            if bool(done.all()):
+                break
+        return ids
+
+
+class _Output:
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
 
 
 def describe(source: Any) -> str:
