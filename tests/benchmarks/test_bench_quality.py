@@ -115,6 +115,7 @@ def test_fedpt_family_scores_the_proxy_and_the_small_model(ci_workspace: Path, t
         assert runs[method][0]["test_loss"] == pytest.approx(zero["test_loss"], rel=1e-6)
         assert runs[method][0]["small/test_loss"] == pytest.approx(small[0]["test_loss"], rel=1e-6)
         assert runs[method][2]["test_loss"] != pytest.approx(zero["test_loss"], rel=1e-6)
+        assert 0.0 <= runs[method][2]["rouge_l"] <= 1.0 and "dist4" in runs[method][2]
     # FedAvg+PT federates exactly what FedAvg on the small model does; FedPT's distillation
     # moves the small model away from it.
     for pt, plain in zip(runs["fedavg-pt"], small, strict=True):

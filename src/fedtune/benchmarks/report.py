@@ -43,10 +43,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         "",
         "| method | n | EM | local EM | best-round EM | "
         + " | ".join(f"EM {c}" for c in categories)
-        + " | test loss |"
+        + " | Rouge-L | test loss |"
         + (" small-model EM |" if small else "")
         + " s/run |",
-        "|---|---:|---:|---:|---:|" + "---:|" * (len(categories) + small) + "---:|---:|",
+        "|---|---:|---:|---:|---:|" + "---:|" * (len(categories) + small) + "---:|---:|---:|",
     ]
     for row in results["table"]:
         metrics = row["metrics"]
@@ -57,6 +57,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             _pm(metrics["local_em"]),
             _pm(row["best_em"]),
             *(f"{metrics[f'em/{c}']['mean']:.2f}" for c in categories),
+            _pm(metrics["rouge_l"]) if "rouge_l" in metrics else "-",
             _pm(metrics["test_loss"]),
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             f"{row['seconds']:.0f}",

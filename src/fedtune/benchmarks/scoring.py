@@ -18,9 +18,11 @@ from transformers import PreTrainedTokenizerBase
 from fedtune.data.formats import Example, to_example
 from fedtune.data.templates import render_prompt
 from fedtune.data.tokenize import collate, encode_examples
+from fedtune.eval.diversity import distinct_n
 from fedtune.eval.generation import generate_greedy
 from fedtune.eval.gsm8k import exact_match as gsm8k_exact_match
 from fedtune.eval.loss import lm_eval_loss
+from fedtune.eval.rouge import rouge_l_corpus
 
 __all__ = ["EvalSet", "answer_correct", "evaluate_model", "local_score"]
 
@@ -89,7 +91,8 @@ class EvalSet:
 def evaluate_model(
     model: nn.Module, eval_set: EvalSet, tokenizer: PreTrainedTokenizerBase | None = None
 ) -> dict[str, float]:
-    """``em`` (all records), ``em/<category>`` and ``test_loss`` of ``model``.
+    """``em`` (all records), ``em/<category>``, ``rouge_l``, ``dist3``, ``dist4`` (FedPT's
+    generation metrics, on the same greedy predictions) and ``test_loss`` of ``model``.
 
     ``em`` is the mean over categories (each category weighs the same, whatever its count).
     """
@@ -101,6 +104,9 @@ def evaluate_model(
         hits[category].append(answer_correct(category, prediction, reference))
     metrics = {f"em/{c}": sum(v) / len(v) for c, v in sorted(hits.items())}
     metrics["em"] = sum(metrics.values()) / len(metrics)
+    metrics["rouge_l"] = rouge_l_corpus(predictions, eval_set.references)
+    metrics["dist3"] = distinct_n(predictions, 3)
+    metrics["dist4"] = distinct_n(predictions, 4)
     metrics["test_loss"] = lm_eval_loss(model, eval_set.loss_batches)
     return metrics
 
