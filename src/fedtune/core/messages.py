@@ -68,5 +68,13 @@ class Update(Message):
     """What one tenant sends back: tensors plus ``num_samples`` and metrics in ``meta``."""
 
 
+@dataclass
 class ClientState(Message):
-    """What a tenant keeps between rounds in its own store (e.g. a control variate)."""
+    """What a tenant keeps between rounds in its own store (e.g. a control variate).
+
+    ``files`` are extra documents for the tenant to read (e.g. FewFedPIT's synthetic data as
+    JSONL), by key in the tenant's store; the engine writes them before the state and never
+    prunes them. They are not read back by :meth:`load`.
+    """
+
+    files: dict[str, bytes] = field(default_factory=dict)

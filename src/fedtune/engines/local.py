@@ -24,6 +24,7 @@ from fedtune.engines import layout, steps
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
 from fedtune.tracking.base import Tracker
+from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ def _run_rounds(
         run_info = log_initial_state(env, tracker)
         summary_extra: dict[str, Any] = {}
         with _progress(options.progress) as bar:
+            if options.progress and isinstance(runner, InProcessRunner):
+                runner.tenants.show_progress(rich_progress(bar))
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
                 _run_round(env, runner, round_index, tracker, bar)

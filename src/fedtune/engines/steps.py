@@ -24,6 +24,7 @@ from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
 from fedtune.storage.base import Store
+from fedtune.training.progress import ProgressHook
 from fedtune.training.context import (
     ProviderContext,
     SharedBase,
@@ -133,11 +134,20 @@ class TenantEnvs:
         self.job = job
         self._shared = SharedBase()
         self._envs: dict[str, TenantEnv] = {}
+        self._progress: ProgressHook | None = None
 
     def __getitem__(self, name: str) -> TenantEnv:
         if name not in self._envs:
             self._envs[name] = TenantEnv.create(self.job, name, shared=self._shared)
+            if self._progress is not None:
+                self._envs[name].ctx.progress = self._progress
         return self._envs[name]
+
+    def show_progress(self, hook: ProgressHook) -> None:
+        """Show long work inside every tenant's step with ``hook`` (the engine's bars)."""
+        self._progress = hook
+        for env in self._envs.values():
+            env.ctx.progress = hook
 
 
 def sample_clients(job: JobConfig, round_index: int) -> list[str]:
@@ -223,6 +233,8 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     # Kept state is versioned by round, so re-running a round after a crash reads the same
     # input state and rewrites the same output: the step stays idempotent.
     if new_state is not None:
+        for name, data in sorted(new_state.files.items()):
+            own.put_bytes(name, data)
         new_state.save(own, layout.client_state_key(round_index))
         _prune_client_states(own, keep_from=previous if previous is not None else round_index)
     written = update.save(exchange, key)

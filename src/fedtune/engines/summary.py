@@ -55,6 +55,8 @@ class RoundRecord:
                 "eval_seconds": meta.get("eval_seconds"),
                 # Algorithm-specific tenant metrics (e.g. FedBiOT's AdapEmu scores, bytes).
                 "metrics": dict(meta.get("metrics") or {}),
+                # What the tenant's step chose to tell (e.g. why it skipped synthetic data).
+                **({"notes": list(meta["notes"])} if meta.get("notes") else {}),
             }
         return cls(
             round=round_index,

@@ -42,6 +42,7 @@ from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
 from fedtune.training.local import Batch, batch_indices
+from fedtune.training.progress import ProgressHook, logged_progress
 
 T = TypeVar("T")
 
@@ -298,6 +299,8 @@ class TenantContext(_Encoding):
     tenant: str = ""
     base: TenantBase = field(default_factory=lambda: TenantBase(model=None))
     shared: SharedBase = field(default_factory=SharedBase, repr=False)
+    #: Shows long work inside a step (the local engine sets a rich bar; default: log lines).
+    progress: ProgressHook = field(default=logged_progress, repr=False)
     _package_tokenizer: Any = field(default=None, repr=False)
 
     @classmethod

@@ -16,10 +16,10 @@ from fedtune.config.job import LoraConfig, TinyModelConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, ModelError
 from fedtune.core.messages import Update, prefixed
 from fedtune.models.loading import save_pretrained_dir
-from fedtune.models.tiny import build_tiny_model
 from fedtune.models.tokenizer import load_tokenizer
 from fedtune.storage import open_store
 from fedtune.training.context import ProviderContext
+from tests.helpers.models import tiny_llama_for
 
 PUBLIC = Path(__file__).resolve().parents[3] / "examples" / "data" / "quickstart" / "public.jsonl"
 SMALL = {"source": "tiny", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
@@ -168,19 +168,7 @@ def test_a_missing_large_model_directory_is_refused(tmp_path: Path) -> None:
 def test_a_large_model_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
     tokenizer = load_tokenizer("builtin")
     tokenizer.add_tokens(["<only-in-large>"])
-    model = build_tiny_model(
-        "llama",
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        seed=0,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    model = tiny_llama_for(tokenizer, max_positions=128)
     large_dir = save_pretrained_dir(model, tokenizer, tmp_path / "large")
     algo = algorithm(large_model={"source": "pretrained", "uri": str(large_dir)})
     small_size = len(load_tokenizer("builtin"))

@@ -1,0 +1,44 @@
+"""The instruction-following score (paper 004, Section 3.3) that ranks synthetic candidates.
+
+    IFS(x, y) = L(y | x) / L(y)
+
+``L(y | x)`` is the mean token cross-entropy of the response given the training prompt of
+the example (the same encoding training uses: BOS, Alpaca prompt, response, EOS) and
+``L(y)`` the same response given only BOS. Scored by the tenant's private model M^l. A low
+IFS means the instruction makes the response much more likely: FewFedPIT keeps the lowest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedtune.data.formats import Example
+from fedtune.data.templates import render_prompt
+
+__all__ = ["instruction_following_score", "response_loss"]
+
+
+@torch.no_grad()
+def response_loss(model: torch.nn.Module, tokenizer: Any, prompt: str | None, response: str) -> float:
+    """Mean cross-entropy of ``response`` + EOS after BOS and ``prompt`` (None: BOS only)."""
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    context = bos + (tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else [])
+    target = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    if not context:  # a tokenizer without BOS: the first response token has no context
+        context, target = target[:1], target[1:]
+    ids = torch.tensor([context + target])
+    logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].float()
+    return float(F.cross_entropy(logits, torch.tensor(target)))
+
+
+def instruction_following_score(
+    model: torch.nn.Module, tokenizer: Any, instruction: str, response: str, input: str = ""
+) -> float:
+    """``L(y | x) / L(y)`` for one example (x: the Alpaca prompt of instruction and input)."""
+    prompt = render_prompt(Example(instruction=instruction, input=input, response=response))
+    return response_loss(model, tokenizer, prompt, response) / response_loss(
+        model, tokenizer, None, response
+    )
