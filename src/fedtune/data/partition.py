@@ -35,6 +35,7 @@ __all__ = [
     "PARTITIONERS",
     "CountTable",
     "by_field",
+    "check_alpha",
     "count_table",
     "dirichlet",
     "iid",
@@ -63,6 +64,15 @@ def _check_tenants(tenants: Sequence[str], n_records: int) -> None:
         raise DataError(
             f"{n_records} record(s) cannot fill {len(tenants)} tenants without leaving one empty",
             fix="Use more records or fewer tenants.",
+        )
+
+
+def check_alpha(alpha: float) -> None:
+    """Raise DataError unless ``alpha`` is a valid Dirichlet concentration (> 0)."""
+    if not alpha > 0:
+        raise DataError(
+            f"dirichlet alpha must be > 0, got {alpha}",
+            fix="Use e.g. 0.5 for strongly non-IID or 100 for nearly IID tenants.",
         )
 
 
@@ -220,11 +230,7 @@ def dirichlet(
     Raises:
         DataError: If ``alpha`` is not positive, or every draw leaves some tenant empty.
     """
-    if not alpha > 0:
-        raise DataError(
-            f"dirichlet alpha must be > 0, got {alpha}",
-            fix="Use e.g. 0.5 for strongly non-IID or 100 for nearly IID tenants.",
-        )
+    check_alpha(alpha)
     _check_tenants(tenants, len(records))
     groups = _classes(_labels(records, field))
     rng = np.random.default_rng(seed)
