@@ -161,3 +161,30 @@ def test_kfp_local_fedpt_equals_the_local_engine_bitwise(tmp_path: Path) -> None
         assert record["server_metrics"] == reference["server_metrics"]
         assert record["server_metrics"]["fedpt/large_queries"] == 0.0
     assert got["artifacts"].keys() == expected["artifacts"].keys() == {"model", "small"}
+
+
+FEWFEDPIT = {
+    "rounds": 2,
+    "algorithm": {"name": "fewfedpit", "beta": 0.5, "candidates": 2, "keep": 1, "max_new_tokens": 4},
+}
+
+
+@pytest.mark.slow
+def test_kfp_local_fewfedpit_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
+    """Tenant steps generate with M^g and mix W^l with W^g in separate processes: the same
+    bits and the same synthesis counts as one process."""
+    local_job = two_tenant_job(tmp_path / "local", **FEWFEDPIT)
+    kfp_job = two_tenant_job(tmp_path / "kfp", **FEWFEDPIT)
+
+    expected = run_job(local_job, NullTracker(), QUIET)
+    got = run_kfp_local(kfp_job, QUIET)
+
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert a.keys() == b.keys() and all(k.startswith("adapter/") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
+        for tenant, values in reference["tenants"].items():
+            mine = record["tenants"][tenant]
+            assert mine["metrics"] == values["metrics"]
+            assert mine["metrics"]["fewfedpit/instruction_prompts"] == 6
