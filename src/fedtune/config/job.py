@@ -147,7 +147,16 @@ class EngineConfig(StrictModel):
         1,
         description="Local engine: processes that run the sampled tenants' steps at once (1 = "
         "in this process, one after another; auto = one per core, capped by memory). Results "
-        "are bitwise equal whatever the number.",
+        "are bitwise equal whatever the number when step_threads is set.",
+    )
+    step_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Local engine: torch threads of every tenant step, in this process or a "
+        "worker. Set it (e.g. 1) for runs that are bitwise equal whatever the number of workers "
+        "and cores: float reductions split over threads round differently. Default: torch's "
+        "choice in this process, cores / workers in a worker.",
     )
 
     @model_validator(mode="before")

@@ -20,7 +20,8 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
@@ -133,8 +134,9 @@ def run_task(tenants: Any, task: Task) -> Outcome:
 class InProcessRunner:
     """The same interface as :class:`WorkerPool`, running tasks one after another here."""
 
-    def __init__(self, tenants: Any) -> None:
+    def __init__(self, tenants: Any, threads: int | None = None) -> None:
         self.tenants = tenants  # steps.TenantEnvs
+        self.threads = threads  # torch threads of each step (None: leave torch's setting)
 
     def __enter__(self) -> InProcessRunner:
         return self
@@ -148,7 +150,8 @@ class InProcessRunner:
         """Run ``tasks`` in order in this process."""
         outcomes: dict[str, Outcome] = {}
         for task in tasks:
-            outcomes[task.tenant] = run_task(self.tenants, task)
+            with step_threads(self.threads):
+                outcomes[task.tenant] = run_task(self.tenants, task)
             if on_done:
                 on_done(outcomes[task.tenant])
         return outcomes
@@ -157,7 +160,25 @@ class InProcessRunner:
 def tenant_runner(job: JobConfig, tenants: Any, workers: int | str) -> InProcessRunner | WorkerPool:
     """In this process for one worker, else a pool of ``workers`` spawned processes."""
     size = resolve_workers(workers)
-    return InProcessRunner(tenants) if size == 1 else WorkerPool(job, size)
+    if size == 1:
+        return InProcessRunner(tenants, job.engine.step_threads)
+    return WorkerPool(job, size)
+
+
+@contextmanager
+def step_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch threads (None: unchanged), then restore them."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class _Worker:
@@ -177,7 +198,7 @@ class WorkerPool:
     def __init__(self, job: JobConfig, size: int) -> None:
         self.job = job
         self.size = size
-        self.threads = threads_per_worker(size)
+        self.threads = job.engine.step_threads or threads_per_worker(size)
         self._context = multiprocessing.get_context("spawn")
         self._job_json = json.dumps(job.model_dump(mode="json"))
         self._workers: list[_Worker] = []
