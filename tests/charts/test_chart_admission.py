@@ -115,7 +115,7 @@ def test_one_policy_and_binding_per_tenant_scoped_to_its_namespace(rendered: Ren
     assert scoped == {t: {"kubernetes.io/metadata.name": ns} for t, ns in NAMESPACES.items()}
 
 
-@pytest.mark.parametrize("kind", ["client", "evaluate"])
+@pytest.mark.parametrize("kind", ["client", "evaluate", "audit"])
 @pytest.mark.parametrize("tenant", sorted(NAMESPACES))
 def test_each_tenants_policy_admits_the_launchers_real_manifest(
     policies: dict[str, Policy], tenants_file: Path, tenant: str, kind: StepKind
@@ -184,7 +184,7 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         _set(_ctr, command=["sh", "-c", "cat /secrets/*"]),
         (
             "refused command or args: a tenant Job must run `python -m "
-            "fedtune.entrypoints.client_step|evaluate --round N --tenant hospital-a "
+            "fedtune.entrypoints.client_step|evaluate|audit --round N --tenant hospital-a "
             "--presigned`"
         ),
     ),

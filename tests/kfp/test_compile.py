@@ -32,12 +32,12 @@ def test_committed_compiled_files_are_up_to_date() -> None:
     assert stale == [], f"run `python -m fedtune.pipelines.catalog --write`; stale: {stale}"
 
 
-def test_one_committed_pipeline_per_available_family_and_six_components() -> None:
+def test_one_committed_pipeline_per_available_family_and_eight_components() -> None:
     assert [p.stem for p in COMMITTED] == sorted(
         p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml")
     )
     assert "fedit" in [p.stem for p in COMMITTED]
-    assert len(COMPONENT_SPECS) == 6
+    assert len(COMPONENT_SPECS) == 8
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_cluster_settings_reach_the_right_tasks_and_no_secret_value_is_compiled(
     executors = out["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for name, config in executors.items():
         assert config["secretAsEnv"][0]["secretName"] == "s3-creds", name
-        launcher = name.startswith(("exec-client-step", "exec-evaluate"))
+        launcher = name.startswith(("exec-client-step", "exec-evaluate", "exec-audit"))
         mounts = config.get("configMapAsVolume", [])
         assert [m["configMapName"] for m in mounts] == (["fedtune-tenants"] if launcher else []), (
             name
@@ -279,3 +279,27 @@ def test_fedtune_submit_refuses_bad_input(extra: list[str], message: str) -> Non
     args = parser().parse_args(["submit", str(ROOT / "pipelines/jobs/fedit.yaml"), *extra])
     with pytest.raises(ConfigError, match=re.escape(message)):
         args.handler(args)
+
+
+def test_an_audited_job_audits_through_the_launcher_after_export(tmp_path: Path) -> None:
+    out = compiled(tmp_path, audit={"enabled": True, "tenants": ["tenant-b"]})
+    spec = out["spec"]
+    tasks = dict(all_tasks(spec))
+    assert tasks["audit"]["retryPolicy"]["maxRetryCount"] == 2
+    assert "record-audit" in spec["root"]["dag"]["tasks"]
+    loops = [t["parameterIterator"]["items"]["raw"] for _, t in all_tasks(spec)
+             if "raw" in t.get("parameterIterator", {}).get("items", {})]
+    assert loops[-2:] == ['["tenant-a", "tenant-b"]', '["tenant-b"]']  # evaluate, then audit
+    executors = out["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert [m["configMapName"] for m in executors["exec-audit"]["configMapAsVolume"]] == [
+        "fedtune-tenants"
+    ]
+    assert "configMapAsVolume" not in executors["exec-record-audit"]
+    plan = plan_job(parse_job(cluster_job_dict(audit={"enabled": True})))
+    assert plan.task_count() == plan_job(parse_job(cluster_job_dict())).task_count() + 2 + 2 * 2
+
+
+def test_a_run_whose_audit_settings_differ_from_the_compiled_plan_is_refused() -> None:
+    plan = plan_job(parse_job(cluster_job_dict(audit={"enabled": True})))
+    problems = plan.mismatches(parse_job(cluster_job_dict()))
+    assert problems and "memorization audit" in problems[0]

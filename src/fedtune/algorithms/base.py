@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from fedtune.aggregation import TensorSpec, client_weights
+from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.training.context import ProviderContext, TenantContext, TenantData
 
@@ -83,6 +84,22 @@ class Algorithm(ABC, Generic[C]):
         self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
     ) -> dict[str, float]:
         """Tenant: metrics of the model in ``broadcast`` on the tenant's held-out split."""
+
+    def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
+        """Tenant: the model and tokenizer that ``broadcast`` lets the tenant run.
+
+        Tenant-side audits (the memorization audit) generate with it. For most algorithms it
+        is the final model; where tenants never get that (FedPT's proxy-tuned composite,
+        FedBiOT's full model) it is what the final broadcast carries.
+
+        Raises:
+            ModelError: The algorithm does not say which model its tenants can run.
+        """
+        raise ModelError(
+            f"algorithm {type(self).__name__} does not define which model a tenant can run "
+            "from its final broadcast, so tenant-side audits cannot run for it",
+            fix="Implement Algorithm.tenant_model for it, or set `audit.enabled: false`.",
+        )
 
     @abstractmethod
     def export(

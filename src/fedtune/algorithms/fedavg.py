@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -135,10 +135,14 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         )
         return self.finish_client(ctx, update, trained, broadcast, client_state, result)
 
+    def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
+        """The tenant-readable base with the broadcast's global adapter."""
+        return ctx.peft_model(broadcast.group("adapter")), ctx.tokenizer()
+
     def evaluate(
         self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
     ) -> dict[str, float]:
-        model = ctx.peft_model(broadcast.group("adapter"))
+        model, _ = self.tenant_model(ctx, broadcast)
         loss = self._eval_loss(ctx, model, data)
         return {} if loss is None else {"eval_loss": loss}
 

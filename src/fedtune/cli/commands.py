@@ -92,6 +92,15 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
         if "model_uri" in artifact:
             line += f"  (registered version {artifact['registered_version']})"
         out.print(line)
+    if summary.get("audit"):
+        pooled, tagged = summary["audit"]["pooled"], summary["audit"]["tagged"]
+        where = ", ".join(f"{t['name']}/{t['version']}" for t in tagged) or "no registered version"
+        out.print(
+            f"memorization audit: mean Rouge-L {pooled['mean']:.4f} over {int(pooled['n'])} "
+            f"records of {int(pooled['tenants'])} tenant(s), max {pooled['max']:.4f}, "
+            f"{int(pooled['num_at_or_above'])} at or above {summary['audit']['threshold']:.2f} "
+            f"(tagged: {where})"
+        )
     if summary.get("mlflow_run_id"):
         out.print(f"MLflow run: {summary['mlflow_run_id']}")
     out.print(f"summary: {path}")
@@ -158,6 +167,7 @@ def register_algorithms(sub: Any) -> None:
 
 def registrars() -> list[Registrar]:
     """Every subcommand's registrar, in the order --help lists them."""
+    from fedtune.cli.audit import register_audit
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
     from fedtune.cli.kfp_commands import register_compile, register_submit
@@ -173,5 +183,6 @@ def registrars() -> list[Registrar]:
         register_submit,
         register_promote_and_serve,
         register_eval,
+        register_audit,
         register_bench,
     ]

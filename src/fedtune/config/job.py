@@ -171,6 +171,41 @@ class EngineConfig(StrictModel):
         return self
 
 
+class AuditConfig(StrictModel):
+    """The memorization audit after training (FewFedPIT Section 5.4, after Nasr et al. 2023).
+
+    Each selected tenant prompts the final model, as its final broadcast lets it run it, with
+    the prompts of its own training records, decodes greedily and scores Rouge-L against the
+    true responses. Only the scores reach the provider; record indices and generations stay
+    in the tenant's private store.
+    """
+
+    enabled: bool = Field(False, description="Run the audit after export and registration.")
+    tenants: list[Dns1123Label] | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="Tenants whose training data is audited (default: all).",
+    )
+    records: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Training records audited per tenant, drawn with the job's seed (the "
+        "paper audits 100); all of them when a tenant has fewer.",
+    )
+    threshold: float = Field(
+        0.7,
+        ge=0.0,
+        le=1.0,
+        description="Rouge-L at or above which a record counts as reproduced (FewFedPIT's "
+        "near-copy cut-off is 0.7).",
+    )
+    max_new_tokens: int = Field(
+        64, ge=1, le=1024, description="Most tokens generated per audited prompt (greedy)."
+    )
+
+
 class JobConfig(StrictModel):
     """A federated fine-tuning job: who takes part, what trains, how, and where it is stored."""
 
@@ -212,6 +247,11 @@ class JobConfig(StrictModel):
     )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Tracking.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Update bounds.")
+    audit: AuditConfig = Field(
+        default_factory=AuditConfig,
+        description="Memorization audit of the final model on the tenants' own data; the "
+        "result tags the registered version for `fedtune promote --max-leakage`.",
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,
         description="Default engine and its workers: `local`, `kfp-local`, or "
@@ -238,6 +278,12 @@ class JobConfig(StrictModel):
                 "and exports live there, never in the exchange)"
             )
         self._check_tenant_base()
+        unknown = sorted(set(self.audit.tenants or []) - set(names))
+        if unknown:
+            raise ValueError(
+                f"audit.tenants names {unknown}, which are not tenants of this job; use some "
+                f"of {sorted(names)}, or leave audit.tenants out to audit every tenant"
+            )
         self._check_scaffold_optimizer()
         per_round = self.sampled_per_round
         if per_round > len(self.tenants):
@@ -292,3 +338,10 @@ class JobConfig(StrictModel):
     def registered_model_name(self) -> str:
         """Registry name of the final model."""
         return self.tracking.registered_model or self.name
+
+    @property
+    def audited_tenants(self) -> list[str]:
+        """Sorted names of the tenants the memorization audit covers (empty when it is off)."""
+        if not self.audit.enabled:
+            return []
+        return sorted(self.audit.tenants or [t.name for t in self.tenants])

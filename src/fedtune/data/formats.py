@@ -31,6 +31,7 @@ __all__ = [
     "Format",
     "detect_format",
     "load_examples",
+    "load_numbered_examples",
     "to_example",
 ]
 
@@ -233,12 +234,23 @@ def load_examples(
     Raises:
         DataError: On any unreadable line or record (with file and line), or an empty file.
     """
+    return [example for _, example in load_numbered_examples(data, source, format)]
+
+
+def load_numbered_examples(
+    data: bytes | str | Path, source: str | None = None, format: Format | None = None
+) -> list[tuple[int, Example]]:
+    """Like :func:`load_examples`, each example with its line number in the file (from 1).
+
+    Raises:
+        DataError: As :func:`load_examples`.
+    """
     name = source or (str(data) if not isinstance(data, bytes) else "<bytes>")
-    examples: list[Example] = []
+    examples: list[tuple[int, Example]] = []
     for line, record in iter_jsonl(data, name):
         if format is None:
             format = detect_format(record, source=name, line=line)
-        examples.append(to_example(record, format, source=name, line=line))
+        examples.append((line, to_example(record, format, source=name, line=line)))
     if not examples:
         raise DataError(
             f"dataset {name} holds no records",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedtune.data.formats import Example, Format, load_examples
+from fedtune.data.formats import Example, Format, load_examples, load_numbered_examples
 from fedtune.data.jsonl import read_jsonl
 
-__all__ = ["read_examples", "read_records"]
+__all__ = ["read_examples", "read_numbered_examples", "read_records"]
 
 
 def _read(uri: str, endpoint_url: str | None) -> bytes:
@@ -37,3 +37,15 @@ def read_examples(
         DataError: On a malformed line or record, or an empty file.
     """
     return load_examples(_read(uri, endpoint_url), source=uri, format=format)
+
+
+def read_numbered_examples(
+    uri: str, format: Format | None = None, *, endpoint_url: str | None = None
+) -> list[tuple[int, Example]]:
+    """The examples at ``uri``, each with its line number in the file (from 1).
+
+    Raises:
+        StoreError: If the object cannot be read.
+        DataError: On a malformed line or record, or an empty file.
+    """
+    return load_numbered_examples(_read(uri, endpoint_url), source=uri, format=format)

@@ -142,4 +142,5 @@ def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]
         artifacts=store.get_json(ARTIFACTS_KEY) if completed else None,
         final_eval=store.get_json(layout.FINAL_EVAL_KEY) if completed else None,
         run_info=initial_run_info(store),
+        audit=store.get_json(layout.AUDIT_KEY) if completed and job.audited_tenants else None,
     )

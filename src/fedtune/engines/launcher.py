@@ -34,6 +34,7 @@ from fedtune.engines.launcher_manifest import (
     build_job_manifest,
     load_deployment,
 )
+from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
 from fedtune.entrypoints.tenant_io import StepKind, presign, step_objects
 from fedtune.storage.base import Store
 
@@ -52,6 +53,13 @@ _PERMISSION_FIX = (
     "namespace and run the pipeline as the launcher ServiceAccount (fedtune submit "
     "--service-account)."
 )
+
+
+# The after-training tenant steps: the key of the result each writes, and its marker field.
+_FINAL_RESULTS: dict[str, tuple[Callable[[int], str], str]] = {
+    "evaluate": (layout.final_eval_key, "metrics"),
+    "audit": (layout.final_audit_key, "scores"),
+}
 
 
 def in_cluster() -> bool:
@@ -286,13 +294,14 @@ def run_tenant_step(
     """Run a tenant's step: as a Job in its namespace in a cluster, else in-process.
 
     Returns the step's result: for ``client`` the shape of
-    :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``.
+    :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``, for
+    ``audit`` ``{"scores": {...}}``.
     """
     config = next((t for t in job.tenants if t.name == tenant), None)
     if config is None:
         raise ConfigError(f"no tenant named {tenant!r} in job {job.name!r}")
-    if kind == "evaluate":
-        # The provider's half of evaluation: what tenants may see of the final model.
+    if kind != "client":
+        # The provider's half of evaluation and audit: what tenants may see of the final model.
         steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
     if not (force_cluster or in_cluster()):
         return _run_in_process(job, kind, round_index, tenant)
@@ -300,9 +309,9 @@ def run_tenant_step(
     update = layout.update_key(round_index)
     if kind == "client" and Update.stored(store, update):
         return _update_result(store, update, {"skipped": True})
-    evaluated = layout.final_eval_key(job.rounds)
-    if kind == "evaluate" and store.exists(evaluated):
-        return {"metrics": store.get_json(evaluated), "skipped": True}
+    final_key = _FINAL_RESULTS.get(kind)
+    if final_key is not None and store.exists(final_key[0](job.rounds)):
+        return {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True}
     deployment = load_deployment(config, tenants_file)
     urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
     step_round = round_index if kind == "client" else job.rounds
@@ -311,8 +320,8 @@ def run_tenant_step(
     )
     outcome = launch(api or KubernetesJobApi(), manifest, settings=settings, clock=clock)
     where = {"seconds": outcome.seconds, "k8s_job": f"{outcome.namespace}/{outcome.name}"}
-    if kind == "evaluate":
-        return {"metrics": store.get_json(evaluated), **where}
+    if final_key is not None:
+        return {final_key[1]: store.get_json(final_key[0](job.rounds)), **where}
     if not Update.stored(store, update):
         raise FedtuneError(
             f"Job {where['k8s_job']} succeeded but no update of tenant {tenant!r} is stored",
@@ -329,12 +338,9 @@ def _run_in_process(job: JobConfig, kind: StepKind, round_index: int, tenant: st
     """
     env = steps.TenantEnv.create(job, tenant)
     try:
-        if kind == "client":
-            return steps.client_step(env, round_index)
-        return {"metrics": steps.evaluate_step(env)}
+        return run_tenant_task(env, kind, round_index)
     except FedtuneError as exc:
-        tag = layout.round_tag(round_index) if kind == "client" else "evaluate"
-        where = steps.keep_failure_details(env, tag, exc)
+        where = steps.keep_failure_details(env, failure_tag(kind, round_index), exc)
         failure = exc.redacted()
         raise TenantStepFailed(
             f"the {kind} step of tenant {tenant!r} failed: {failure.render()}",

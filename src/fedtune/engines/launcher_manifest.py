@@ -30,6 +30,7 @@ DEFAULT_TENANTS_FILE = "/etc/fedtune/tenants.json"
 STEP_MODULES: dict[str, str] = {
     "client": "fedtune.entrypoints.client_step",
     "evaluate": "fedtune.entrypoints.evaluate",
+    "audit": "fedtune.entrypoints.audit",
 }
 RUN_AS = 10001  # the images' non-root user; tenant namespaces enforce the restricted profile
 _TENANTS_FIX = (

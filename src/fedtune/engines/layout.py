@@ -8,10 +8,11 @@ agree on it. Every key lives under ``jobs/<job-name>/`` of its store.
   Tenants never read it.
 - **Exchange** (``exchange_uri``): one prefix per tenant, ``tenants/<name>/``, holding only
   what crosses the boundary for that tenant: each round's broadcast in and update out, and
-  the final broadcast in and evaluation out. A tenant step is handed a store confined to its
-  own prefix (or pre-signed URLs for exactly those keys), so it cannot address another
-  tenant's objects or anything of the provider's.
-- **Tenant-private** (``tenants[].store_uri``): the tenant's kept client state.
+  the final broadcast in and evaluation and audit scores out. A tenant step is handed a
+  store confined to its own prefix (or pre-signed URLs for exactly those keys), so it cannot
+  address another tenant's objects or anything of the provider's.
+- **Tenant-private** (``tenants[].store_uri``): the tenant's kept client state and its full
+  memorization-audit report (which records, what the model generated).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def summary_key(round_index: int) -> str:
 
 RUN_KEY = "run.json"
 FINAL_EVAL_KEY = "summary/final-eval.json"
+AUDIT_KEY = "summary/audit-memorization.json"
+"""The combined memorization audit: per-tenant scores, pooled numbers, tagged versions."""
 ARTIFACTS_PREFIX = "artifacts"
 
 
@@ -84,10 +87,20 @@ def final_eval_key(round_index: int) -> str:
     return f"final-{round_tag(round_index)}/eval.json"
 
 
+def final_audit_key(round_index: int) -> str:
+    """The tenant's memorization-audit scores (numbers only), inside its exchange prefix."""
+    return f"final-{round_tag(round_index)}/audit.json"
+
+
 # -- tenant-private store -------------------------------------------------------------------
 def client_state_key(round_index: int) -> str:
     """A tenant's kept state after ``round_index`` (in the tenant's own store)."""
     return f"client-state/{round_tag(round_index)}"
+
+
+def audit_report_key(round_index: int) -> str:
+    """The tenant's full audit (line numbers, scores, generations), in its own store."""
+    return f"audit/memorization-{round_tag(round_index)}.json"
 
 
 def latest_round(keys: list[str], before: int) -> int | None:

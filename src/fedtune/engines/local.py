@@ -21,7 +21,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines import layout, steps
+from fedtune.engines.audit import record_audit
 from fedtune.engines.summary import RoundRecord, build_summary
+from fedtune.engines.tenant_tasks import TenantKind
 from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
 from fedtune.tracking.base import Tracker
 from fedtune.training.progress import rich_progress
@@ -29,7 +31,7 @@ from fedtune.training.progress import rich_progress
 log = logging.getLogger(__name__)
 
 # Fields that may change between a run and its resumption (they do not alter results).
-_RESUMABLE_CHANGES = ("rounds", "engine", "tracking")
+_RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit")
 
 
 def config_fingerprint(job: JobConfig) -> str:
@@ -148,7 +150,7 @@ def _run_rounds(
                 _run_round(env, runner, round_index, tracker, bar)
                 bar.advance(rounds_task)
             if last == job.rounds:
-                summary_extra = _finish(env, runner, tracker)
+                summary_extra = _finish(env, runner, tracker, bar)
         tracker.end("FINISHED")
     except BaseException:
         tracker.end("FAILED")
@@ -216,24 +218,47 @@ def _run_round(
 
 
 def _finish(
-    env: steps.ProviderEnv, runner: InProcessRunner | WorkerPool, tracker: Tracker
+    env: steps.ProviderEnv,
+    runner: InProcessRunner | WorkerPool,
+    tracker: Tracker,
+    bar: Progress,
 ) -> dict[str, Any]:
-    """Evaluate the final model on every tenant, export it, log and register it."""
+    """Evaluate the final model on every tenant, export, log and register it, then audit it."""
     names = [t.name for t in env.job.tenants]
     for name in names:
         steps.publish_final_step(env, name)
-    outcomes = runner.run([Task("evaluate", env.job.rounds, name) for name in names])
+    evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
+    final_eval = {n: dict(evaluated[n]["metrics"]) for n in names}
+    env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
+    artifacts = export_and_register(env, tracker, final_eval)
+    out: dict[str, Any] = {"artifacts": artifacts, "final_eval": final_eval}
+    audited = env.job.audited_tenants
+    if audited:
+        _final_tenant_steps(runner, "audit", env.job.rounds, audited, bar)
+        out["audit"] = record_audit(env, tracker, artifacts)
+    return out
+
+
+def _final_tenant_steps(
+    runner: InProcessRunner | WorkerPool,
+    kind: TenantKind,
+    rounds: int,
+    names: list[str],
+    bar: Progress,
+) -> dict[str, dict[str, Any]]:
+    """Run an after-training tenant step for ``names``; every one must succeed."""
+    task = bar.add_task(kind, total=len(names))
+    outcomes = runner.run([Task(kind, rounds, n) for n in names], lambda _: bar.advance(task))
+    bar.remove_task(task)
     failures = {n: o.failure for n, o in outcomes.items() if o.result is None}
     if failures:
         raise FedtuneError(
-            f"the final evaluation failed for {sorted(failures)}: "
+            f"the final {kind} step failed for {sorted(failures)}: "
             + "; ".join(f"{n}: {f}" for n, f in sorted(failures.items())),
-            fix="Each tenant reads its details in its own store (errors/evaluate.txt); after "
+            fix=f"Each tenant reads its details in its own store (errors/{kind}.txt); after "
             "fixing them, run again with --resume.",
         )
-    final_eval = {n: dict(outcomes[n].result["metrics"]) for n in names}  # type: ignore[index]
-    env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
-    return {"artifacts": export_and_register(env, tracker, final_eval), "final_eval": final_eval}
+    return {n: dict(outcomes[n].result or {}) for n in names}
 
 
 def export_and_register(
@@ -268,6 +293,7 @@ def export_and_register(
                 tags=artifact.tags,
             )
             entry["model_uri"] = ref.model_uri
+            entry["registered_name"] = ref.registered_name
             entry["registered_version"] = ref.version
         artifacts[name] = entry
     return artifacts

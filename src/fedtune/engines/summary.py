@@ -129,6 +129,7 @@ def build_summary(
     artifacts: dict[str, Any] | None = None,
     final_eval: dict[str, Any] | None = None,
     run_info: dict[str, Any] | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole summary document.
 
@@ -145,5 +146,6 @@ def build_summary(
             "rounds": [r.to_json() for r in rounds],
             "final_eval": final_eval or {},
             "artifacts": artifacts or {},
+            **({"audit": audit} if audit else {}),
         }
     )

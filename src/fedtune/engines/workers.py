@@ -24,14 +24,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal
+from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.engines.tenant_tasks import TenantKind
 
 log = logging.getLogger(__name__)
 
-TaskKind = Literal["client", "evaluate"]
+TaskKind = TenantKind
 FAULT_ENV = "FEDTUNE_WORKER_FAULT"
 """Fault injection for tests: ``kind:round:tenant`` makes the worker running it die (SIGKILL)."""
 _MEMORY_PER_WORKER = 2 * 2**30  # a conservative floor for a worker with a small base model
@@ -115,16 +116,14 @@ def run_task(tenants: Any, task: Task) -> Outcome:
     Only the redacted failure reaches the provider's summary and MLflow; the details go to
     the tenant's own store.
     """
-    from fedtune.engines import layout, steps
+    from fedtune.engines import steps
+    from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
 
     env = tenants[task.tenant]
     try:
-        if task.kind == "client":
-            return Outcome(task, steps.client_step(env, task.round_index))
-        return Outcome(task, {"metrics": steps.evaluate_step(env)})
+        return Outcome(task, run_tenant_task(env, task.kind, task.round_index))
     except FedtuneError as exc:
-        tag = layout.round_tag(task.round_index) if task.kind == "client" else "evaluate"
-        where = steps.keep_failure_details(env, tag, exc)
+        where = steps.keep_failure_details(env, failure_tag(task.kind, task.round_index), exc)
         failure = exc.redacted().render()
         log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
                   failure, where)

@@ -3,7 +3,7 @@
 On Kubernetes the provider's launcher never hands a tenant pod the exchange store's
 credentials. It pre-signs a GET URL for each object the step reads (the round's broadcast, or
 the final broadcast for evaluation) and a PUT URL for each object it writes (the tenant's
-update, or its metrics), all inside that tenant's exchange prefix and for that one round, and
+update, or its metrics or audit scores), all inside that tenant's exchange prefix and for that one round, and
 passes them in ``$FEDTUNE_PRESIGNED``. The pod mirrors what it reads into
 a private local exchange store, runs the very same step function, then uploads what the step
 wrote, checksum sidecars included, the JSON half of a message last (its presence marks the
@@ -20,11 +20,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Literal
+from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError
 from fedtune.engines import layout, steps
+from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 PRESIGNED_ENV = "FEDTUNE_PRESIGNED"
 """Environment variable with ``{"get": {key: url}, "put": {key: url}}`` for a tenant pod."""
 
-StepKind = Literal["client", "evaluate"]
+StepKind = TenantKind
 SIDECAR = ".sha256"
 _ATTEMPTS = 3
 _TIMEOUT_S = 120.0
@@ -53,9 +54,10 @@ def step_objects(
             _message_blobs(layout.round_broadcast_key(round_index)),
             _message_blobs(layout.update_key(round_index)),
         )
+    result = layout.final_audit_key if kind == "audit" else layout.final_eval_key
     return (
         _message_blobs(layout.final_tenant_broadcast_key(job.rounds)),
-        [layout.final_eval_key(job.rounds)],
+        [result(job.rounds)],
     )
 
 
@@ -157,10 +159,7 @@ def run_presigned(
                     f"exchange object {key!r} does not match its sha256 sidecar ({recorded[:64]!r})"
                 )
             store.put_bytes(key, data)
-        if kind == "client":
-            result = steps.client_step(env, round_index)
-        else:
-            result = {"metrics": steps.evaluate_step(env)}
+        result = run_tenant_task(env, kind, round_index)
         for key in puts:
             data = store.get_bytes(key)
             _request(urls["put"][key], key, "PUT", data)

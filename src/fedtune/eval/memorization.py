@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from fedtune.core.errors import ConfigError, DataError
 from fedtune.eval.rouge import rouge_l
@@ -120,3 +121,104 @@ def memorization_audit(
         num_reproduced=reproduced,
         exceeds_threshold=mean >= threshold,
     )
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class AuditScores:
+    """What an audit reveals beyond its owner: numbers only, no record, index or generation.
+
+    Attributes:
+        n: Audited records.
+        mean: Mean Rouge-L (the paper's number).
+        p50: Median Rouge-L.
+        p90: 90th percentile of Rouge-L.
+        max: Highest Rouge-L.
+        num_at_or_above: Records scoring at or above ``threshold``.
+        threshold: The Rouge-L cut-off of ``num_at_or_above``.
+    """
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    max: float
+    num_at_or_above: int
+    threshold: float
+
+    @classmethod
+    def of(cls, report: MemorizationReport) -> AuditScores:
+        """The scalar summary of ``report``."""
+        scores = report.scores
+        return cls(
+            n=len(scores),
+            mean=report.mean_rouge_l,
+            p50=quantile(scores, 0.5),
+            p90=quantile(scores, 0.9),
+            max=max(scores),
+            num_at_or_above=report.num_reproduced,
+            threshold=report.threshold,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object of the fields."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> AuditScores:
+        """Parse :meth:`to_json` strictly: exactly the fields, numbers in range.
+
+        Raises:
+            DataError: A field is missing, extra, of the wrong type or out of range.
+        """
+        fields = set(cls.__dataclass_fields__)
+        if not isinstance(raw, Mapping) or set(raw) != fields:
+            got = sorted(raw) if isinstance(raw, Mapping) else type(raw).__name__
+            raise DataError(
+                f"audit scores must hold exactly {sorted(fields)}; got {got}",
+                fix="Audit results are written by fedtune's audit step of the same version.",
+            )
+        counts = {k: raw[k] for k in ("n", "num_at_or_above")}
+        rates = {k: raw[k] for k in fields - set(counts)}
+        bad = [k for k, v in counts.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+        bad += [
+            k
+            for k, v in rates.items()
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0
+        ]
+        if bad or counts["n"] < 1 or counts["num_at_or_above"] > counts["n"]:
+            raise DataError(
+                f"audit scores out of range in {sorted(bad) or ['n', 'num_at_or_above']}: "
+                f"{dict(raw)}",
+                fix="Counts are whole numbers (1 <= n, num_at_or_above <= n); Rouge-L values "
+                "lie in [0, 1].",
+            )
+        return cls(**{**counts, **{k: float(v) for k, v in rates.items()}})  # type: ignore[arg-type]
+
+
+def pool_scores(parts: Mapping[str, AuditScores]) -> dict[str, float]:
+    """Combine per-tenant scores into the job's numbers.
+
+    ``mean`` is weighted by audited records, so it equals the mean over every audited record
+    (the paper's number over the clients' data). Quantiles do not pool from quantiles, so the
+    result carries the worst tenant's ``p90`` and ``mean`` instead of pretending to; ``max``
+    and the counts pool exactly.
+    """
+    total = sum(s.n for s in parts.values())
+    return {
+        "n": float(total),
+        "mean": sum(s.mean * s.n for s in parts.values()) / total,
+        "max": max(s.max for s in parts.values()),
+        "num_at_or_above": float(sum(s.num_at_or_above for s in parts.values())),
+        "worst_tenant_mean": max(s.mean for s in parts.values()),
+        "worst_tenant_p90": max(s.p90 for s in parts.values()),
+        "tenants": float(len(parts)),
+    }

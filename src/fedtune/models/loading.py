@@ -23,6 +23,7 @@ from fedtune.models.tokenizer import load_tokenizer
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
+ADAPTER_SUBDIR = "adapter"  # an export's LoRA adapter, applied on top of the base weights
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -56,6 +57,31 @@ def load_pretrained(
             return _load_local(local, shown=path_or_uri, tokenizer=tokenizer, dtype=dtype)
     local = Path(path_or_uri.removeprefix("file://"))
     return _load_local(local, shown=path_or_uri, tokenizer=tokenizer, dtype=dtype)
+
+
+def load_exported(path_or_uri: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Load a model directory as fedtune exports it: base weights, plus ``adapter/`` if present.
+
+    Args:
+        path_or_uri: A local path, ``file://`` URI or ``s3://`` URI of the directory.
+
+    Raises:
+        ModelError: As :func:`load_pretrained`, or the ``adapter/`` folder is incomplete.
+    """
+    if path_or_uri.startswith("s3://"):
+        with tempfile.TemporaryDirectory(prefix="fedtune-model-") as tmp:
+            _download_dir(path_or_uri, Path(tmp))
+            return _with_adapter(Path(tmp), shown=path_or_uri)
+    return _with_adapter(Path(path_or_uri.removeprefix("file://")), shown=path_or_uri)
+
+
+def _with_adapter(path: Path, *, shown: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    from fedtune.models.lora import load_adapter  # lora imports this module
+
+    model, tokenizer = _load_local(path, shown=shown, tokenizer=None, dtype=None)
+    if (path / ADAPTER_SUBDIR).is_dir():
+        return load_adapter(model, path / ADAPTER_SUBDIR), tokenizer
+    return model, tokenizer
 
 
 def _download_dir(uri: str, dest: Path) -> None:

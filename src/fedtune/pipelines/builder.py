@@ -4,7 +4,8 @@ Every registered algorithm has the same four phases plus export, so one builder 
 all: ``server-init``, then per round (unrolled at compile time, one nested ``fedtune-round``
 pipeline each) ``configure-round`` -> ``client-step`` in a ``ParallelFor`` over the round's
 sampled tenant names -> ``aggregate``; after the last round ``evaluate`` per tenant and
-``export-and-register``. Every task writes to stores, so caching is off everywhere; tenant
+``export-and-register``, then, when the job enables it, ``audit`` per audited tenant (through
+the launcher, like ``evaluate``) and ``record-audit``. Every task writes to stores, so caching is off everywhere; tenant
 steps retry (a retried launcher re-attaches to its Job).
 
 With :class:`ClusterSettings` the compiled YAML also carries the Kubernetes settings a
@@ -150,6 +151,19 @@ def build_pipeline(job: JobConfig, plan: PipelinePlan, settings: ClusterSettings
                 job=job_artifact, state=state, metrics=dsl.Collected(scored.outputs["metrics"])
             )
             _provider(export, "export and register", settings)
+            if plan.audited:
+                with dsl.ParallelFor(list(plan.audited)) as tenant:
+                    audited = c.audit(
+                        job=job_artifact,
+                        registered=export.outputs["artifacts"],
+                        tenant=tenant,
+                        run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    )
+                    _tenant(audited, "audit", settings)
+                recorded = c.record_audit(
+                    job=job_artifact, scores=dsl.Collected(audited.outputs["scores"])
+                )
+                _provider(recorded, "record audit", settings)
 
     pipeline.__doc__ = PIPELINE_DOC.format(
         algorithm=job.algorithm.name,

@@ -1,4 +1,4 @@
-"""The six KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
+"""The eight KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
 
 Each takes the one job artifact written by ``server-init`` (never loose hyperparameters) and
 passes small JSON markers as artifacts: artifacts, unlike parameters, resolve correctly inside
@@ -140,6 +140,44 @@ def export_and_register(
     component(job.path, [m.path for m in metrics], artifacts.path)
 
 
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def audit(
+    job: Input[Artifact],
+    registered: Input[Artifact],
+    tenant: str,
+    run_key: str,
+    scores: Output[Artifact],
+) -> None:
+    """Tenant: memorization audit of the final model on its own records (launched like evaluate).
+
+    Args:
+        job: The validated job from server-init.
+        registered: Marker of export-and-register (orders the tasks).
+        tenant: The tenant's name.
+        run_key: The pipeline run's id: names the tenant Job, so a retry re-attaches to it.
+        scores: The tenant's audit scores (numbers only).
+    """
+    from fedtune.entrypoints.audit import component
+
+    component(job.path, tenant, run_key, scores.path)
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def record_audit(
+    job: Input[Artifact], scores: Input[list[Artifact]], audit: Output[Artifact]
+) -> None:
+    """Provider: pool the tenants' audit scores, tag the registered versions, log them.
+
+    Args:
+        job: The validated job from server-init.
+        scores: Every audited tenant's scores marker (orders the task).
+        audit: The pooled audit and the versions tagged.
+    """
+    from fedtune.entrypoints.record_audit import component
+
+    component(job.path, [s.path for s in scores], audit.path)
+
+
 COMPONENTS = {
     "server_init": server_init,
     "configure_round": configure_round,
@@ -147,5 +185,7 @@ COMPONENTS = {
     "aggregate": aggregate,
     "evaluate": evaluate,
     "export_and_register": export_and_register,
+    "audit": audit,
+    "record_audit": record_audit,
 }
 """Every component by the name of its folder under ``components/``."""

@@ -41,6 +41,7 @@ class PipelinePlan:
     total_rounds: int
     rounds: tuple[tuple[int, tuple[str, ...]], ...]
     tenants: tuple[str, ...]
+    audited: tuple[str, ...] = ()  # tenants of the memorization audit after export
 
     @property
     def final(self) -> bool:
@@ -55,6 +56,8 @@ class PipelinePlan:
             count += 4 + 2 * len(sampled)
         if self.final:
             count += 2 + 2 * len(self.tenants)  # loop + (iteration + evaluate) each + export
+            if self.audited:
+                count += 2 + 2 * len(self.audited)  # loop + (iteration + audit) each + record
         return count
 
     def to_json(self) -> str:
@@ -67,6 +70,7 @@ class PipelinePlan:
         raw: dict[str, Any] = json.loads(text)
         raw["rounds"] = tuple((int(r), tuple(names)) for r, names in raw["rounds"])
         raw["tenants"] = tuple(raw["tenants"])
+        raw["audited"] = tuple(raw.get("audited", ()))
         return cls(**raw)
 
     def mismatches(self, job: JobConfig) -> list[str]:
@@ -75,6 +79,12 @@ class PipelinePlan:
         names = tuple(sorted(t.name for t in job.tenants))
         if names != self.tenants:
             problems.append(f"tenants are {list(names)}, compiled for {list(self.tenants)}")
+        audited = tuple(job.audited_tenants)
+        if self.final and audited != self.audited:
+            problems.append(
+                f"the memorization audit covers {list(audited)}, compiled for "
+                f"{list(self.audited)} (audit.enabled or audit.tenants changed)"
+            )
         if job.rounds != self.total_rounds:
             problems.append(f"rounds is {job.rounds}, compiled for {self.total_rounds}")
         for round_index, sampled in self.rounds:
@@ -114,6 +124,7 @@ def plan_job(job: JobConfig, start_round: int = 1, rounds: int | None = None) ->
         total_rounds=job.rounds,
         rounds=tuple((r, tuple(sample_clients(job, r))) for r in range(start_round, end + 1)),
         tenants=tuple(sorted(t.name for t in job.tenants)),
+        audited=tuple(job.audited_tenants) if end == job.rounds else (),
     )
 
 

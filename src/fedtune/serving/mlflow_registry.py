@@ -253,6 +253,18 @@ class ModelRegistry:
             )
         return str(path).strip("/")
 
+    def download_hf_dir(self, spec: ModelSpec, dst: Path) -> Path:
+        """Download the version ``spec`` names; return its Hugging Face directory in ``dst``.
+
+        Raises:
+            StoreError: The model, version or alias does not exist, or the download fails.
+            ModelError: The version holds no Hugging Face directory (not logged by fedtune,
+                or a FedPT proxy-tuned composite).
+        """
+        from fedtune.tracking.mlflow_models import download_hf_model
+
+        return download_hf_model(self._client(), self.tracking_uri, str(spec), dst)
+
     def download(self, record: VersionRecord, dst: Path) -> Path:
         """Download every file of the version into ``dst``; return the local model folder."""
         import mlflow.artifacts

@@ -72,6 +72,10 @@ class Tracker(Protocol):
         """Log a Hugging Face model directory as a model and register it."""
         ...
 
+    def tag_model_version(self, registered_name: str, version: int, tags: dict[str, str]) -> None:
+        """Set ``tags`` on a registered model version (e.g. its audit result)."""
+        ...
+
     def end(self, status: RunStatus) -> None:
         """Close the run with its final status."""
         ...
@@ -119,6 +123,9 @@ class NullTracker:
             version=0,
             alias=alias,
         )
+
+    def tag_model_version(self, registered_name: str, version: int, tags: dict[str, str]) -> None:
+        """Do nothing (nothing was registered)."""
 
     def end(self, status: RunStatus) -> None:
         """Do nothing."""

@@ -303,6 +303,17 @@ class MlflowTracker:
                 tags=safe_tags,
             )
 
+    def tag_model_version(self, registered_name: str, version: int, tags: dict[str, str]) -> None:
+        """Set ``tags`` on version ``version`` of ``registered_name`` (secret-looking keys dropped).
+
+        Raises:
+            StoreError: MLflow fails, or the version does not exist.
+        """
+        with self._mlflow_errors(f"tag {registered_name} version {version}"):
+            for key, value in tags.items():
+                if not is_secret_key(key):
+                    self._client().set_model_version_tag(registered_name, str(version), key, value)
+
     def _existing_experiment_id(self, run_id: str) -> str:
         return str(self._client().get_run(run_id).info.experiment_id)
 

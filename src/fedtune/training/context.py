@@ -62,16 +62,24 @@ def derive_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def split_indices(
+    count: int, eval_fraction: float, seed: int, tenant: str
+) -> tuple[list[int], list[int]]:
+    """Positions of the training and held-out examples among ``count`` (seeded)."""
+    order = list(range(count))
+    random.Random(derive_seed(seed, "split", tenant)).shuffle(order)
+    n_eval = min(int(count * eval_fraction), max(0, count - 1))
+    return order[n_eval:], order[:n_eval]
+
+
 def split_examples(
     examples: Sequence[Example], eval_fraction: float, seed: int, tenant: str
 ) -> TenantData:
     """Seeded held-out split; at least one training example is always kept."""
-    order = list(range(len(examples)))
-    random.Random(derive_seed(seed, "split", tenant)).shuffle(order)
-    n_eval = min(int(len(examples) * eval_fraction), max(0, len(examples) - 1))
-    held = [examples[i] for i in order[:n_eval]]
-    kept = [examples[i] for i in order[n_eval:]]
-    return TenantData(tenant=tenant, train=kept, eval=held)
+    kept, held = split_indices(len(examples), eval_fraction, seed, tenant)
+    return TenantData(
+        tenant=tenant, train=[examples[i] for i in kept], eval=[examples[i] for i in held]
+    )
 
 
 def build_model(config: ModelConfig | str, tokenizer_spec: str) -> tuple[torch.nn.Module, Any]:

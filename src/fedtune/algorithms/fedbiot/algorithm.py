@@ -18,7 +18,7 @@ to the provider; that is a tenant's explicit opt-in and is not implemented.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.algorithms.fedbiot import client, server
@@ -120,6 +120,15 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
         self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
     ) -> dict[str, float]:
         """AdapEmu on the tenant's held-out split, from a self-contained (final) broadcast."""
+        model, _ = self.tenant_model(ctx, broadcast)
+        metrics = client.evaluate_adapemu(ctx, model, data, self.config)
+        if "adapemu/eval_loss" in metrics:
+            metrics["eval_loss"] = metrics["adapemu/eval_loss"]
+        return metrics
+
+    def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
+        """AdapEmu (the emulator with the adapter) and the package's tokenizer: tenants never
+        hold the provider's full model, so this is what a tenant-side audit can run."""
         if not broadcast.meta.get("has_full"):
             raise ModelError(
                 f"round {broadcast.meta.get('round')}: the broadcast to evaluate carries no full "
@@ -135,10 +144,7 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
             ctx.lora_config,
             self.config.adapter_training == "lora",
         )
-        metrics = client.evaluate_adapemu(ctx, model, data, self.config)
-        if "adapemu/eval_loss" in metrics:
-            metrics["eval_loss"] = metrics["adapemu/eval_loss"]
-        return metrics
+        return model, ctx.tokenizer()
 
 
 @register("fedbiot")

@@ -1,0 +1,32 @@
+"""The tenant steps by kind: one dispatch shared by the worker pool, the launcher's
+in-process path and a launched tenant pod."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from fedtune.engines import layout
+
+if TYPE_CHECKING:
+    from fedtune.engines import steps
+
+TenantKind = Literal["client", "evaluate", "audit"]
+"""A step that runs on a tenant's side: a round's training, the final evaluation, the audit."""
+
+
+def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) -> dict[str, Any]:
+    """Run one tenant step against ``env``; return its result (see each step)."""
+    from fedtune.engines import steps
+
+    if kind == "client":
+        return steps.client_step(env, round_index)
+    if kind == "audit":
+        from fedtune.engines.audit import audit_step
+
+        return audit_step(env)
+    return {"metrics": steps.evaluate_step(env)}
+
+
+def failure_tag(kind: TenantKind, round_index: int) -> str:
+    """Name of the tenant's private error file for a failed step (``errors/<tag>.txt``)."""
+    return layout.round_tag(round_index) if kind == "client" else kind

@@ -1,0 +1,64 @@
+"""What the after-training tenant steps (evaluate, audit) share: launch, parse, run.
+
+Both read the final broadcast from the tenant's exchange prefix and write one JSON result
+back; in a cluster both run as a Job in the tenant's namespace through the tenant launcher,
+with ``--round N --tenant NAME --presigned`` exactly as the admission policy admits.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from fedtune.config.job import JobConfig
+from fedtune.engines import steps
+from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
+from fedtune.entrypoints import common, tenant_io
+
+RESULT_FIELD: dict[str, str] = {"evaluate": "metrics", "audit": "scores"}
+"""The field of each step's result (and marker) that carries what it produced."""
+
+
+def run(job: JobConfig, kind: TenantKind, tenant: str, run_key: str = "") -> dict[str, Any]:
+    """Run the step for ``tenant`` (launched or in-process); return its marker."""
+    from fedtune.engines.launcher import run_tenant_step
+
+    field = RESULT_FIELD[kind]
+    result = run_tenant_step(job, kind, job.rounds, tenant, run_key=run_key)
+    return {"tenant": tenant, field: result[field]}
+
+
+def component(kind: TenantKind, job_path: str, tenant: str, run_key: str, out_path: str) -> None:
+    """Body of the step's KFP component."""
+    common.setup_logging()
+    common.guarded(
+        lambda: common.write_marker(
+            out_path, run(common.read_job_artifact(job_path), kind, tenant, run_key)
+        )
+    )
+
+
+def parse(kind: TenantKind, description: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The step's command line."""
+    parser = common.job_parser(description, kind)
+    parser.add_argument("--tenant", required=True, help="tenant name")
+    parser.add_argument(
+        "--round", type=int, help="accepted for symmetry with client_step; the final round is used"
+    )
+    parser.add_argument(
+        "--presigned",
+        action="store_true",
+        help=f"reach the exchange only through the URLs in ${tenant_io.PRESIGNED_ENV}",
+    )
+    return parser.parse_args(argv)
+
+
+def body(kind: TenantKind, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the step here: through pre-signed URLs in a launched pod, else on the job's stores."""
+    job = common.read_job(args.job, args.job_json)
+    if args.presigned:
+        expected = tenant_io.step_objects(kind, job, job.rounds, args.tenant)
+        urls = tenant_io.read_urls(expected)
+        return tenant_io.run_presigned(job, kind, job.rounds, args.tenant, urls)
+    return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, job.rounds)
