@@ -19,8 +19,11 @@ def write_job(path: Path, job: dict) -> Path:
     return path
 
 
-def test_validate_ok_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", "examples/quickstart.yaml"]) == 0
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in (Path(__file__).parents[2] / "examples").glob("*.yaml"))
+)
+def test_validate_ok_and_examples(example: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", f"examples/{example}"]) == 0
     assert "ok" in capsys.readouterr().out
 
 
