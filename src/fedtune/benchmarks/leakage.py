@@ -17,6 +17,7 @@ from typing import Any, Final
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from fedtune.benchmarks.scoring import answer_budget
 from fedtune.data.formats import to_example
 from fedtune.data.templates import render_prompt
 from fedtune.eval.generation import generate_greedy
@@ -24,8 +25,6 @@ from fedtune.eval.memorization import memorization_audit
 
 __all__ = ["LeakageAudit"]
 
-# Tokens generated beyond the longest true response (as the test set's scoring does).
-_SLACK_TOKENS: Final = 4
 _BATCH_SIZE: Final = 50
 
 
@@ -45,10 +44,7 @@ class LeakageAudit:
             chosen = sorted(random.Random(seed).sample(chosen, max_records))
         examples = [to_example(dict(records[i])) for i in chosen]
         self.pairs = [(render_prompt(e), e.response) for e in examples]
-        longest = max(
-            len(tokenizer(e.response, add_special_tokens=False)["input_ids"]) for e in examples
-        )
-        self.max_new_tokens = longest + _SLACK_TOKENS
+        self.max_new_tokens = answer_budget(tokenizer, [e.response for e in examples])
 
     def __call__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> dict[str, float]:
         """``leakage`` (mean Rouge-L, the paper's number) and ``leakage/reproduced`` (share

@@ -82,6 +82,17 @@ _DEFAULT = Preset(
 
 # Everything tiny: the CI tests run both benchmarks end to end in well under a minute.
 _CI_SHAPE = ModelShape(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+_CI_QUALITY = QualitySpec(
+    algorithms=("fedavg", "scaffold"),
+    seeds=(0,),
+    rounds=2,
+    local_steps=2,
+    batch_size=4,
+    lora_r=4,
+    lora_alpha=8.0,
+    max_seq_len=128,
+    eval_every=1,
+)
 _CI = Preset(
     # Pathological shards are equal in size, so SCAFFOLD's first round must equal FedAvg's
     # (the CI test checks it).
@@ -102,32 +113,16 @@ _CI = Preset(
             warmup_steps=1,
         ),
     },
-    quality=QualitySpec(
-        algorithms=("fedavg", "scaffold"),
-        seeds=(0,),
-        rounds=2,
-        local_steps=2,
-        batch_size=4,
-        lora_r=4,
-        lora_alpha=8.0,
-        max_seq_len=128,
-        eval_every=1,
-    ),
-    fewshot_quality=QualitySpec(
+    quality=_CI_QUALITY,
+    fewshot_quality=replace(
+        _CI_QUALITY,
         algorithms=FEWSHOT_METHODS,
         baselines=("zero-shot", "centralized"),
         split="fewshot",
         fewshot=FewShotSpec(tenants=4, clusters=5, per_cluster=5),
         clients_per_round=2,
         audit_records=8,
-        seeds=(0,),
-        rounds=2,
         local_steps=1,
-        batch_size=4,
-        lora_r=4,
-        lora_alpha=8.0,
-        max_seq_len=128,
-        eval_every=1,
         algorithm_params={
             "fewfedpit": {
                 "instruction_demos": 2,
