@@ -81,6 +81,7 @@ def test_fewshot_quality_reports_utility_and_leakage_for_every_method(workspace:
     markdown = (workspace / "quality" / "results.md").read_text()
     assert "| leakage | reproduced |" in markdown and "the fewshot split, 4 tenants" in markdown
     assert "| fewfedpit@beta=0.5 | 1 |" in markdown
+    assert "| synthetic passed / kept |" in markdown
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ PLOT_METRICS: Final[dict[str, str]] = {
     "train_loss": "clients' training loss",
 }
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
-_SYNTHETIC: Final = "clients/fewfedpit/kept"
+_CANDIDATES: Final = "clients/fewfedpit/candidates"
+_KEPT: Final = "clients/fewfedpit/kept"
 _LEAKAGE: Final = ("leakage", "leakage/reproduced")
 
 
@@ -37,8 +38,9 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # FedPT's rows score the proxy-tuned large model; its small model gets its own column.
     small = any("small/em" in row["metrics"] for row in results["table"])
     leakage = any("leakage" in row["metrics"] for row in results["table"])
-    # FewFedPIT's synthetic examples kept over a run (what its public parameters train on).
-    synthetic = any(_SYNTHETIC in row["metrics"] for row in results["table"])
+    # FewFedPIT's synthetic examples over a run: passed the filters / kept by IFS (what its
+    # public parameters train on).
+    synthetic = any(_CANDIDATES in row["metrics"] for row in results["table"])
     lines = [
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
@@ -52,7 +54,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         + " | Rouge-L | test loss |"
         + (" small-model EM |" if small else "")
         + (" leakage | reproduced |" if leakage else "")
-        + (" synthetic kept |" if synthetic else "")
+        + (" synthetic passed / kept |" if synthetic else "")
         + " s/run |",
         "|---|---:|---:|---:|---:|"
         + "---:|" * (len(categories) + small + 2 * leakage + synthetic)
@@ -71,7 +73,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             _pm(metrics["test_loss"]),
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
-            *([_pm(metrics[_SYNTHETIC], 0) if _SYNTHETIC in metrics else "-"] if synthetic else []),
+            *([_synthetic(metrics)] if synthetic else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -87,6 +89,14 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
                 f"{2 * claim['se']:.3f} | {claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _synthetic(metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """``passed / kept`` synthetic examples per run (means over seeds), ``-`` if none made."""
+    if _CANDIDATES not in metrics:
+        return "-"
+    kept = metrics[_KEPT]["mean"] if _KEPT in metrics else 0.0
+    return f"{metrics[_CANDIDATES]['mean']:.0f} / {kept:.0f}"
 
 
 def _split_lines(results: Mapping[str, Any]) -> list[str]:
