@@ -35,6 +35,8 @@ def _runs(method: str, finals: list[float]) -> list[dict[str, Any]]:
         ([0.5, 0.52, 0.51], [0.8, 0.82, 0.81], True, "reversed"),
         ([0.5, 0.7, 0.6], [0.55, 0.65, 0.6], True, "within noise"),
         ([0.5, 0.7, 0.6], [0.55, 0.65, 0.6], False, "reproduces"),
+        # ">=" with the mean behind, but by less than 2 s.e.: not reproduced, not reversed.
+        ([0.5, 0.7, 0.58], [0.55, 0.65, 0.6], False, "within noise"),
         ([0.8], [0.5], True, "single seed"),
     ],
 )

@@ -7,12 +7,13 @@ a lower value. An ``equal`` claim says the two are the same method in effect. A 
 checked only when both methods ran. With several seeds the verdict uses the standard error
 of the difference of means (``se``):
 
-- ``reproduces``: the means differ in the claimed direction by more than 2 se
-  (for ``>=``: the better method is not behind by more than margin + 2 se; for ``equal``:
-  the means differ by at most 2 se);
-- ``reversed``: the difference is more than 2 se the other way (``differs`` for ``equal``);
-- ``within noise``: neither (for ``>`` only); with one seed, ``single seed`` instead, since
-  the noise cannot be estimated.
+- ``reproduces``: the means differ in the claimed direction by more than 2 se (for ``>=``:
+  the better method's mean is not behind by more than the margin; for ``equal``: the means
+  differ by at most 2 se);
+- ``reversed``: the difference is more than 2 se the other way (for ``>=``: behind by more
+  than margin + 2 se; ``differs`` for ``equal``);
+- ``within noise``: neither; with one seed, ``single seed`` instead, since the noise cannot
+  be estimated.
 """
 
 from __future__ import annotations
@@ -115,9 +116,10 @@ def _verdict(claim: Claim, gain: float, se: float, single_seed: bool) -> str:
         return "reproduces" if abs(gain) <= max(2 * se, _EQUAL_TOLERANCE) else "differs"
     if single_seed:
         return "single seed"
-    if gain + claim.margin < -2 * se:
+    ahead = gain + claim.margin
+    if ahead < -2 * se:
         return "reversed"
-    if not claim.strict or gain > 2 * se:
+    if (not claim.strict and ahead >= 0) or gain > 2 * se:
         return "reproduces"
     return "within noise"
 
