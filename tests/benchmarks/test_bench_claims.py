@@ -35,6 +35,8 @@ def _runs(method: str, finals: list[float]) -> list[dict[str, Any]]:
         ([0.5, 0.52, 0.51], [0.8, 0.82, 0.81], True, "reversed"),
         ([0.5, 0.7, 0.6], [0.55, 0.65, 0.6], True, "within noise"),
         ([0.5, 0.7, 0.6], [0.55, 0.65, 0.6], False, "reproduces"),
+        # ">=" with the mean behind, but by less than 2 s.e.: not reproduced, not reversed.
+        ([0.5, 0.7, 0.58], [0.55, 0.65, 0.6], False, "within noise"),
         ([0.8], [0.5], True, "single seed"),
     ],
 )
@@ -72,3 +74,44 @@ def test_markdown_and_plots(tmp_path: Path) -> None:
     assert all(is_png(p) for p in paths)
     (tmp_path / "fake.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
     assert not is_png(tmp_path / "fake.png")
+
+
+def _with_leakage(method: str, em: list[float], leakage: list[float]) -> list[dict[str, Any]]:
+    runs = _runs(method, em)
+    for run, value in zip(runs, leakage, strict=True):
+        run["rounds"][-1]["leakage"] = value
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "verdict"),
+    [
+        ([0.10, 0.12, 0.11], [0.50, 0.52, 0.51], "reproduces"),
+        ([0.50, 0.52, 0.51], [0.10, 0.12, 0.11], "reversed"),
+    ],
+)
+def test_leakage_claims_count_lower_as_better(
+    mine: list[float], theirs: list[float], verdict: str
+) -> None:
+    table = summarize(
+        _with_leakage("a", [0.5, 0.5, 0.5], mine) + _with_leakage("b", [0.5, 0.5, 0.5], theirs)
+    )
+    claim = Claim("a", "b", "paper", metric="leakage")
+    (result,) = evaluate_claims(table, [claim])
+    assert claim.text == "leakage: a < b"
+    assert result["verdict"] == verdict and result["metric"] == "leakage"
+    assert result["difference"] == pytest.approx(sum(mine) / 3 - sum(theirs) / 3)
+
+
+def test_margin_and_equality_claims() -> None:
+    table = summarize(
+        _runs("a", [0.60, 0.61, 0.62])
+        + _runs("b", [0.63, 0.64, 0.65])
+        + _runs("c", [0.60, 0.61, 0.62])
+    )
+    close = Claim("a", "b", "paper", strict=False, margin=0.05)
+    far = Claim("a", "b", "paper", strict=False, margin=0.0)
+    same, other = Claim("a", "c", "paper", equal=True), Claim("a", "b", "paper", equal=True)
+    verdicts = [r["verdict"] for r in evaluate_claims(table, [close, far, same, other])]
+    assert verdicts == ["reproduces", "reversed", "reproduces", "differs"]
+    assert close.text == "a >= b - 0.05" and same.text == "a == c"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from fedtune.benchmarks.presets import get_preset
 from fedtune.benchmarks.quality import QualitySpec, run_quality
 from fedtune.benchmarks.report import is_png
 from fedtune.benchmarks.workspace import Workspace
@@ -94,17 +96,10 @@ def test_fedpt_family_scores_the_proxy_and_the_small_model(ci_workspace: Path, t
     workspace = tmp_path / "ws"
     shutil.copytree(ci_workspace / "suite", workspace / "suite")
     shutil.copytree(ci_workspace / "models", workspace / "models")
-    spec = QualitySpec(
+    spec = dataclasses.replace(
+        get_preset("ci").quality,
         algorithms=("fedpt", "fedavg-pt"),
         baselines=("zero-shot", "fedavg-small"),
-        seeds=(0,),
-        rounds=2,
-        local_steps=2,
-        batch_size=4,
-        lora_r=4,
-        lora_alpha=8.0,
-        max_seq_len=128,
-        eval_every=1,
         algorithm_params={"fedpt": {"kd_size": 8, "kd_batch_size": 4, "kd_steps": 2, "eval_every": 100}},
     )
     results = run_quality(Workspace(workspace), spec)

@@ -1,14 +1,19 @@
 """The orderings the papers report, checked against a quality benchmark's table.
 
-A claim says one method beats another (``>``) or is at least as good (``>=``) on the final
-exact match. It is checked only when both methods ran. With several seeds the verdict uses
-the standard error of the difference of means (``se``):
+A claim says one method beats another (``>``) or is at least as good (``>=``, optionally
+within a ``margin``: "within a few points") on a final-round metric, exact match unless it
+names another; for a metric where lower is better (``leakage``, ``test_loss``) beating means
+a lower value. An ``equal`` claim says the two are the same method in effect. A claim is
+checked only when both methods ran. With several seeds the verdict uses the standard error
+of the difference of means (``se``):
 
-- ``reproduces``: the means differ in the claimed direction by more than 2 se
-  (for ``>=``: the better method is not behind by more than 2 se);
-- ``reversed``: the difference is more than 2 se the other way;
-- ``within noise``: neither (for ``>`` only); with one seed, ``single seed`` instead, since
-  the noise cannot be estimated.
+- ``reproduces``: the means differ in the claimed direction by more than 2 se (for ``>=``:
+  the better method's mean is not behind by more than the margin; for ``equal``: the means
+  differ by at most 2 se);
+- ``reversed``: the difference is more than 2 se the other way (for ``>=``: behind by more
+  than margin + 2 se; ``differs`` for ``equal``);
+- ``within noise``: neither; with one seed, ``single seed`` instead, since the noise cannot
+  be estimated.
 """
 
 from __future__ import annotations
@@ -21,21 +26,36 @@ from typing import Any, Final
 __all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims"]
 
 _METRIC: Final = "em"
+#: Metrics where the better method has the lower value.
+LOWER_IS_BETTER: Final[frozenset[str]] = frozenset({"leakage", "test_loss"})
+# Means closer than this are equal even with no spread (floating-point noise).
+_EQUAL_TOLERANCE: Final = 1e-9
 
 
 @dataclass(frozen=True)
 class Claim:
-    """``better`` beats (or, with ``strict=False``, matches) ``worse``, per ``source``."""
+    """``better`` beats (or, with ``strict=False``, matches up to ``margin``; with ``equal``,
+    equals) ``worse`` on ``metric``, per ``source``."""
 
     better: str
     worse: str
     source: str
     strict: bool = True
+    metric: str = _METRIC
+    margin: float = 0.0
+    equal: bool = False
 
     @property
     def text(self) -> str:
-        """``a > b`` or ``a >= b``."""
-        return f"{self.better} {'>' if self.strict else '>='} {self.worse}"
+        """``a > b``, ``a >= b - 0.05``, ``leakage: a < b``, ``a == b`` ..."""
+        lower = self.metric in LOWER_IS_BETTER
+        if self.equal:
+            op = "=="
+        else:
+            op = ("<" if lower else ">") + ("" if self.strict else "=")
+        margin = f" {'+' if lower else '-'} {self.margin:g}" if self.margin else ""
+        prefix = "" if self.metric == _METRIC else f"{self.metric}: "
+        return f"{prefix}{self.better} {op} {self.worse}{margin}"
 
 
 PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
@@ -57,15 +77,49 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("fedmkt", "standalone", "FedMKT (Fan et al. 2024): beats Standalone"),
     Claim("centralized", "fedmkt", "FedMKT (Fan et al. 2024): Centralized is the upper bound"),
     Claim("fewfedpit", "fedavg", "FewFedPIT (Zhang et al. 2024): beats FedAvg with few data"),
+    # The few-shot comparison (`fedtune bench quality --split fewshot`) runs three betas.
+    Claim(
+        "fewfedpit@beta=0.5",
+        "centralized",
+        "FewFedPIT (Zhang et al. 2024): utility within a few points of Centralized",
+        strict=False,
+        margin=0.05,
+    ),
+    Claim(
+        "fewfedpit@beta=0.5", "fedavg", "FewFedPIT (Zhang et al. 2024): beats FedAvg with few data"
+    ),
+    *(
+        Claim(
+            f"fewfedpit@beta={beta}",
+            "fedavg",
+            "FewFedPIT (Zhang et al. 2024): leaks less than FedAvg for beta < 1",
+            metric="leakage",
+        )
+        for beta in ("0", "0.5")
+    ),
+    *(
+        Claim(
+            "fewfedpit@beta=1",
+            "fedavg",
+            "FewFedPIT (Zhang et al. 2024): beta = 1 degenerates into FedAvg",
+            metric=metric,
+            equal=True,
+        )
+        for metric in ("em", "leakage")
+    ),
 )
 
 
-def _verdict(claim: Claim, diff: float, se: float, single_seed: bool) -> str:
+def _verdict(claim: Claim, gain: float, se: float, single_seed: bool) -> str:
+    """``gain``: how far ``better`` is ahead of ``worse`` in the claimed direction."""
+    if claim.equal:
+        return "reproduces" if abs(gain) <= max(2 * se, _EQUAL_TOLERANCE) else "differs"
     if single_seed:
         return "single seed"
-    if diff < -2 * se:
+    ahead = gain + claim.margin
+    if ahead < -2 * se:
         return "reversed"
-    if not claim.strict or diff > 2 * se:
+    if (not claim.strict and ahead >= 0) or gain > 2 * se:
         return "reproduces"
     return "within noise"
 
@@ -73,28 +127,35 @@ def _verdict(claim: Claim, diff: float, se: float, single_seed: bool) -> str:
 def evaluate_claims(
     table: Sequence[Mapping[str, Any]], claims: Sequence[Claim] = PAPER_CLAIMS
 ) -> list[dict[str, Any]]:
-    """Check every claim whose two methods are rows of ``table`` (see :func:`summarize`)."""
-    rows = {row["method"]: row["metrics"][_METRIC] for row in table if _METRIC in row["metrics"]}
+    """Check every claim whose two methods are rows of ``table`` (see :func:`summarize`)
+    with its metric. ``difference`` is better's mean minus worse's, in the metric's units."""
+    metrics = {row["method"]: row["metrics"] for row in table}
     out = []
     for claim in claims:
-        if claim.better not in rows or claim.worse not in rows:
+        a = metrics.get(claim.better, {}).get(claim.metric)
+        b = metrics.get(claim.worse, {}).get(claim.metric)
+        if a is None or b is None:
             continue
-        a, b = rows[claim.better], rows[claim.worse]
         diff = a["mean"] - b["mean"]
+        gain = -diff if claim.metric in LOWER_IS_BETTER else diff
         se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
         # A deterministic baseline (zero-shot) has one run; the other side's seeds still count.
         single_seed = a["n"] < 2 and b["n"] < 2
-        holds = diff > 0 if claim.strict else diff >= 0
+        if claim.equal:
+            holds = abs(diff) <= _EQUAL_TOLERANCE
+        else:
+            holds = gain + claim.margin > 0 if claim.strict else gain + claim.margin >= 0
         out.append(
             {
                 "claim": claim.text,
                 "source": claim.source,
                 "better": claim.better,
                 "worse": claim.worse,
+                "metric": claim.metric,
                 "difference": diff,
                 "se": se,
                 "holds_in_means": holds,
-                "verdict": _verdict(claim, diff, se, single_seed),
+                "verdict": _verdict(claim, gain, se, single_seed),
             }
         )
     return out

@@ -59,11 +59,15 @@ def bench_job(
     rounds: int,
     local_steps: int,
     algorithm_overrides: Mapping[str, Any] | None = None,
+    data_dir: Path | None = None,
+    clients_per_round: int | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
     No tenant data is held out (``eval_fraction: 0``): the benchmarks score on the suite's
-    own test set. Tenant ``central`` is the pooled data of the Centralized baseline.
+    own test set. Tenant ``central`` is the pooled data of the Centralized baseline. The
+    tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
+    its own folder), the public set always from the suite.
     """
     params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
     if algorithm == "scaffold" and settings.optimizer != "sgd":
@@ -82,6 +86,7 @@ def bench_job(
             "model": model,
             "algorithm": {"name": algorithm, **params},
             "rounds": rounds,
+            "clients_per_round": clients_per_round,
             "min_clients": 1,
             "training": {
                 "local_steps": local_steps,
@@ -97,7 +102,8 @@ def bench_job(
                 "target_modules": list(settings.lora_targets) if settings.lora_targets else None,
             },
             "tenants": [
-                {"name": t, "data_uri": str((suite_dir / f"{t}.jsonl").resolve())} for t in tenants
+                {"name": t, "data_uri": str(((data_dir or suite_dir) / f"{t}.jsonl").resolve())}
+                for t in tenants
             ],
             "public_data_uri": str((suite_dir / "public.jsonl").resolve()),
             "tracking": {"backend": "none"},

@@ -1,6 +1,10 @@
 """Named benchmark settings: ``default`` (the documented numbers), ``deep`` (a six-layer
 "large" for the FedBiOT family) and ``ci`` (seconds).
 
+Each preset has two quality settings: ``quality`` on the suite's tenants, and
+``fewshot_quality`` (``fedtune bench quality --split fewshot``), FewFedPIT's comparison on the
+few-shot split with the memorization audit.
+
 Command-line options override single fields of a preset; everything else follows it, so a
 workspace pretrained with one preset is benchmarked with the same one.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from fedtune.benchmarks.fewshot_split import FewShotSpec
 from fedtune.benchmarks.pretrain import ModelShape, PretrainSpec
 from fedtune.benchmarks.quality import QualitySpec
 from fedtune.benchmarks.server_memory import ServerMemorySpec
@@ -27,7 +32,20 @@ class Preset:
     suite: SuiteSpec
     models: dict[str, PretrainSpec]
     quality: QualitySpec
+    fewshot_quality: QualitySpec
     system: SystemSpec = field(default_factory=SystemSpec)
+
+
+# FewFedPIT's comparison: FedIT's methods, Centralized and three betas of FewFedPIT.
+FEWSHOT_METHODS: Final[tuple[str, ...]] = (
+    "fedavg",
+    "fedprox",
+    "scaffold",
+    "fedadam",
+    "fewfedpit@beta=0",
+    "fewfedpit@beta=0.5",
+    "fewfedpit@beta=1",
+)
 
 
 _DEFAULT = Preset(
@@ -45,11 +63,36 @@ _DEFAULT = Preset(
         ),
     },
     quality=QualitySpec(),
+    # 10 tenants, 2 sampled per round (the paper's setting); 10 rounds of about two epochs of
+    # a tenant's ~16 records; synthesis kept small (generation dominates a FewFedPIT round).
+    fewshot_quality=QualitySpec(
+        algorithms=FEWSHOT_METHODS,
+        baselines=("zero-shot", "centralized"),
+        split="fewshot",
+        fewshot=FewShotSpec(),
+        clients_per_round=2,
+        audit_records=100,
+        rounds=10,
+        local_steps=4,
+        eval_every=5,
+        algorithm_params={"fewfedpit": {"candidates": 8, "keep": 4, "max_new_tokens": 32}},
+    ),
     system=SystemSpec(),
 )
 
 # Everything tiny: the CI tests run both benchmarks end to end in well under a minute.
 _CI_SHAPE = ModelShape(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+_CI_QUALITY = QualitySpec(
+    algorithms=("fedavg", "scaffold"),
+    seeds=(0,),
+    rounds=2,
+    local_steps=2,
+    batch_size=4,
+    lora_r=4,
+    lora_alpha=8.0,
+    max_seq_len=128,
+    eval_every=1,
+)
 _CI = Preset(
     # Pathological shards are equal in size, so SCAFFOLD's first round must equal FedAvg's
     # (the CI test checks it).
@@ -70,16 +113,26 @@ _CI = Preset(
             warmup_steps=1,
         ),
     },
-    quality=QualitySpec(
-        algorithms=("fedavg", "scaffold"),
-        seeds=(0,),
-        rounds=2,
-        local_steps=2,
-        batch_size=4,
-        lora_r=4,
-        lora_alpha=8.0,
-        max_seq_len=128,
-        eval_every=1,
+    quality=_CI_QUALITY,
+    fewshot_quality=replace(
+        _CI_QUALITY,
+        algorithms=FEWSHOT_METHODS,
+        baselines=("zero-shot", "centralized"),
+        split="fewshot",
+        fewshot=FewShotSpec(tenants=4, clusters=5, per_cluster=5),
+        clients_per_round=2,
+        audit_records=8,
+        local_steps=1,
+        algorithm_params={
+            "fewfedpit": {
+                "instruction_demos": 2,
+                "response_demos": 2,
+                "candidates": 2,
+                "keep": 1,
+                "retries": 0,
+                "max_new_tokens": 8,
+            }
+        },
     ),
     system=SystemSpec(
         batch_size=4,

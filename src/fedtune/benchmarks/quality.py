@@ -26,6 +26,15 @@ model alone. FedAvg on the ``large`` model is the paper's "directly fine-tuning 
 Per round it records ``em`` (mean of per-category exact match on the balanced test set),
 ``em/<category>``, ``local_em`` (each tenant's own task mix, averaged over tenants),
 ``test_loss`` and the clients' ``train_loss``.
+
+Methods are labels (:mod:`fedtune.benchmarks.methods`): ``fewfedpit@beta=0`` runs FewFedPIT
+with beta 0 under that name, beside other settings of the same algorithm. ``split:
+fewshot`` runs on FewFedPIT's few-shot split of the suite
+(:mod:`fedtune.benchmarks.fewshot_split`) instead of the suite's tenants, usually with
+``clients_per_round`` sampled of them. With ``audit_records`` > 0 the final global model of
+every run is also audited for discoverable memorization (:mod:`fedtune.benchmarks.leakage`):
+``leakage`` is the mean Rouge-L of its greedy answers to training prompts of the tenants'
+records (lower leaks less).
 """
 
 from __future__ import annotations
@@ -41,7 +50,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
+from fedtune.benchmarks.fewshot_split import FewShotSpec, ensure_fewshot_split
 from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
+from fedtune.benchmarks.leakage import LeakageAudit
+from fedtune.benchmarks.methods import Method, check_settings, parse_method
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
 from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
 from fedtune.benchmarks.workspace import Workspace
@@ -54,7 +66,7 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.loading import load_pretrained
 from fedtune.tracking.base import NullTracker
 
-__all__ = ["BASELINES", "FEDIT", "QualitySpec", "run_quality", "summarize"]
+__all__ = ["BASELINES", "FEDIT", "SPLITS", "QualitySpec", "run_quality", "summarize"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +93,8 @@ PRIMARY_ARTIFACTS: Final[tuple[str, ...]] = ("model", "adapfu")
 # Algorithms that are single-client by definition (Offsite-tuning: one data owner) run on the
 # pooled data with the federation's steps per round, like Centralized.
 POOLED_DATA: Final[frozenset[str]] = frozenset({"offsite-tuning"})
+# The tenants' data: the suite's own tenants, or FewFedPIT's few-shot split of its pool.
+SPLITS: Final[tuple[str, ...]] = ("suite", "fewshot")
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,10 @@ class QualitySpec:
     eval_every: int = 2
     eval_batch_size: int = 50
     algorithm_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    split: str = "suite"
+    fewshot: FewShotSpec = field(default_factory=FewShotSpec)
+    clients_per_round: int | None = None  # None: every tenant every round
+    audit_records: int = 0  # records of the memorization audit per run (0: no audit)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -116,10 +134,30 @@ class QualitySpec:
         return sorted(chosen)
 
 
+def _methods(spec: QualitySpec) -> list[Method]:
+    """The methods of ``spec.algorithms``, their settings validated.
+
+    Raises:
+        ConfigError: On a malformed label, a label given twice, or invalid settings.
+    """
+    methods = [parse_method(label) for label in spec.algorithms]
+    twice = sorted({m.label for m in methods if spec.algorithms.count(m.label) > 1})
+    if twice:
+        raise ConfigError(
+            f"method(s) {twice} listed more than once", fix="List each method label once."
+        )
+    registered = algorithm_names()
+    for method in methods:
+        if method.algorithm in registered:
+            check_settings(method, spec.algorithm_params.get(method.algorithm, {}))
+    return methods
+
+
 def _check(spec: QualitySpec) -> None:
     registered = algorithm_names()
     problems = []
-    unknown = [a for a in spec.algorithms if a not in registered]
+    algorithms = [m.algorithm for m in _methods(spec)]
+    unknown = [a for a in algorithms if a not in registered]
     if unknown:
         problems.append(f"unknown algorithm(s) {unknown}; registered: {registered}")
     known = [*BASELINES, *EXTRA_BASELINES]
@@ -132,9 +170,15 @@ def _check(spec: QualitySpec) -> None:
         problems.append("no seed given")
     if spec.rounds < 1 or spec.eval_every < 1:
         problems.append(f"rounds={spec.rounds} and eval_every={spec.eval_every} must be >= 1")
-    stray = sorted(set(spec.algorithm_params) - set(spec.algorithms))
+    stray = sorted(set(spec.algorithm_params) - set(algorithms))
     if stray:
         problems.append(f"parameters given for algorithm(s) {stray} that do not run")
+    if spec.split not in SPLITS:
+        problems.append(f"unknown split {spec.split!r}; known: {list(SPLITS)}")
+    if spec.clients_per_round is not None and spec.clients_per_round < 1:
+        problems.append(f"clients_per_round={spec.clients_per_round} must be >= 1")
+    if spec.audit_records < 0:
+        problems.append(f"audit_records={spec.audit_records} must be >= 0 (0: no audit)")
     if problems:
         raise ConfigError(
             "invalid quality benchmark: " + "; ".join(problems),
@@ -152,8 +196,16 @@ class _Bench:
         self.log = log
         self.manifest = load_manifest(workspace.suite_dir)
         self.model_dir = workspace.require_model(spec.model)
-        self.tenants = sorted(self.manifest["tenants"])
-        self.shares = {t: category_shares(self.manifest, t) for t in self.tenants}
+        # Where the tenants' files (and the Centralized pool) are, and what they hold.
+        self.data_dir = workspace.suite_dir
+        self.split_manifest = self.manifest
+        if spec.split == "fewshot":
+            self.data_dir, self.split_manifest = ensure_fewshot_split(
+                workspace.suite_dir, spec.fewshot
+            )
+        self.tenants = sorted(self.split_manifest["tenants"])
+        self.participants = self._participants()
+        self.shares = {t: category_shares(self.split_manifest, t) for t in self.tenants}
         base, tokenizer = load_pretrained(str(self.model_dir))
         self.eval_set = EvalSet(
             read_set(workspace.suite_dir, "test"),
@@ -161,9 +213,29 @@ class _Bench:
             max_seq_len=spec.max_seq_len,
             batch_size=spec.eval_batch_size,
         )
+        self.audit = (
+            LeakageAudit(
+                read_set(self.data_dir, "central"), tokenizer, max_records=spec.audit_records
+            )
+            if spec.audit_records
+            else None
+        )
         self.zero_shot = evaluate_model(base, self.eval_set)
         self.zero_shot["local_em"] = self.local_em(self.zero_shot)
+        if self.audit is not None:
+            self.zero_shot.update(self.audit(base, tokenizer))
         self._small_zero_shot: Metrics | None = None
+
+    def _participants(self) -> int:
+        """Tenants training per round (what Centralized's steps per round are matched to)."""
+        per_round = self.spec.clients_per_round
+        if per_round is not None and per_round > len(self.tenants):
+            raise ConfigError(
+                f"clients_per_round={per_round} exceeds the {len(self.tenants)} tenants of "
+                f"the {self.spec.split!r} split",
+                fix=f"Use --clients-per-round {len(self.tenants)} or fewer.",
+            )
+        return per_round or len(self.tenants)
 
     @property
     def small_dir(self) -> Path:
@@ -192,14 +264,15 @@ class _Bench:
         workdir: Path,
         local_steps: int,
         model_dir: Path | None = None,
+        variant: Mapping[str, Any] | None = None,
     ) -> JobConfig:
-        overrides: dict[str, Any] | None = None
+        overrides: dict[str, Any] | None = dict(variant) if variant else None
         if algorithm in PROXY_TUNED:
             # Tenants federate the small model; the benchmark's model is the large black box.
-            overrides = {
+            overrides = (overrides or {}) | {
                 "large_model": {"source": "pretrained", "uri": str(self.model_dir.resolve())}
             }
-            if "eval_every" not in self.spec.algorithm_params.get(algorithm, {}):
+            if "eval_every" not in {**self.spec.algorithm_params.get(algorithm, {}), **overrides}:
                 # The benchmark scores every evaluated round itself; skip the provider's own
                 # per-round generation metrics (they decode with three models).
                 overrides["eval_every"] = self.spec.rounds + 1
@@ -216,6 +289,9 @@ class _Bench:
             rounds=self.spec.rounds,
             local_steps=local_steps,
             algorithm_overrides=overrides,
+            data_dir=self.data_dir,
+            # One pooled tenant trains every round.
+            clients_per_round=self.spec.clients_per_round if len(tenants) > 1 else None,
         )
 
     def run(self, job: JobConfig) -> list[Metrics]:
@@ -232,7 +308,34 @@ class _Bench:
             if train_loss.get(round_index) is not None:
                 metrics["train_loss"] = float(train_loss[round_index])
             rows.append(metrics)
+        rows[-1].update(_client_totals(summary["rounds"]))
+        if self.audit is not None:
+            # The final global model, prompted with the tenants' training prompts.
+            rows[-1].update(self.audit(*self.model_of(env, state, job.workdir, round_index)))
         return rows
+
+    def model_of(
+        self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
+    ) -> tuple[Any, Any]:
+        """The model a server state stands for, as the benchmark scores it, and its tokenizer."""
+        from fedtune.algorithms.fedavg import LoraFedAlgorithm
+        from fedtune.algorithms.fedpt import FedPT
+        from fedtune.algorithms.fedpt.proxy import ProxyTunedLM
+
+        algorithm = env.algorithm
+        if isinstance(algorithm, FedPT):
+            small = env.ctx.peft_model(state.group("adapter"))
+            large = algorithm.large(env.ctx).local_model
+            pre = algorithm.small_pre(env.ctx).model
+            return ProxyTunedLM(large, pre, small, algorithm.config.alpha), env.ctx.tokenizer()
+        if isinstance(algorithm, LoraFedAlgorithm):
+            return env.ctx.peft_model(state.group("adapter")), env.ctx.tokenizer()
+        # Any other algorithm: what it exports (as a user would get it).
+        out = Path(workdir) / "bench-export" / f"round-{round_index}"
+        artifacts = algorithm.export(env.ctx, state, out)
+        registered = [n for n, a in artifacts.items() if a.register] or list(artifacts)
+        chosen = next((n for n in PRIMARY_ARTIFACTS if n in artifacts), registered[0])
+        return load_pretrained(str(artifacts[chosen].path))
 
     def score_state(
         self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
@@ -245,64 +348,56 @@ class _Bench:
         small_dir = self.workspace.model_dir(SMALL_MODEL).resolve()
         on_small = uri is not None and Path(uri).resolve() == small_dir
         if isinstance(env.algorithm, FedPT):
-            return self.score_proxy(env, env.algorithm, state, round_index)
-        if isinstance(env.algorithm, LoraFedAlgorithm):
-            if round_index == 0:
-                # LoRA's B starts at zero, so the initial global model is the base model.
-                return self.small_zero_shot() if on_small else dict(self.zero_shot)
-            model = env.ctx.peft_model(state.group("adapter"))
-            metrics = evaluate_model(model, self.eval_set, env.ctx.tokenizer())
-        else:
-            # Any other algorithm: score what it exports (as a user would get it).
-            out = Path(workdir) / "bench-export" / f"round-{round_index}"
-            artifacts = env.algorithm.export(env.ctx, state, out)
-            registered = [n for n, a in artifacts.items() if a.register] or list(artifacts)
-            chosen = next((n for n in PRIMARY_ARTIFACTS if n in artifacts), registered[0])
-            model, tokenizer = load_pretrained(str(artifacts[chosen].path))
-            metrics = evaluate_model(model, self.eval_set, tokenizer)
+            return self.score_proxy(env, state, workdir, round_index)
+        if isinstance(env.algorithm, LoraFedAlgorithm) and round_index == 0:
+            # LoRA's B starts at zero, so the initial global model is the base model.
+            scores = self.small_zero_shot() if on_small else dict(self.zero_shot)
+            return {k: v for k, v in scores.items() if not k.startswith("leakage")}
+        model, tokenizer = self.model_of(env, state, workdir, round_index)
+        metrics = evaluate_model(model, self.eval_set, tokenizer)
         metrics["local_em"] = self.local_em(metrics)
         return metrics
 
     def score_proxy(
-        self, env: steps.ProviderEnv, algorithm: Any, state: ServerState, round_index: int
+        self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
     ) -> Metrics:
         """The proxy-tuned large model's scores (``em`` ...) and the small model's
         (``small/em``, ``small/test_loss``)."""
-        from fedtune.algorithms.fedpt.proxy import ProxyTunedLM
-
         small_scores = self.small_zero_shot()
         if round_index == 0:
             # A zero LoRA update: Eq. 3 gives exactly the large model.
-            metrics = dict(self.zero_shot)
+            metrics = {k: v for k, v in self.zero_shot.items() if not k.startswith("leakage")}
         else:
             small = env.ctx.peft_model(state.group("adapter"))
             small_scores = evaluate_model(small, self.eval_set, env.ctx.tokenizer())
-            large = algorithm.large(env.ctx).local_model
-            pre = algorithm.small_pre(env.ctx).model
-            proxied = ProxyTunedLM(large, pre, small, algorithm.config.alpha)
-            metrics = evaluate_model(proxied, self.eval_set, env.ctx.tokenizer())
+            proxied, tokenizer = self.model_of(env, state, workdir, round_index)
+            metrics = evaluate_model(proxied, self.eval_set, tokenizer)
             metrics["local_em"] = self.local_em(metrics)
         metrics["small/em"] = small_scores["em"]
         metrics["small/test_loss"] = small_scores["test_loss"]
         return metrics
 
     # -- methods ------------------------------------------------------------------------
-    def algorithm(self, name: str, seed: int) -> list[Metrics]:
-        if name in POOLED_DATA:
-            return self.pooled(name, seed)
+    def algorithm(self, method: Method, seed: int) -> list[Metrics]:
+        if method.algorithm in POOLED_DATA:
+            return self.pooled(method.algorithm, seed, method.params)
         with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
             job = self.job(
-                name=f"q-{name}-s{seed}",
-                algorithm=name,
+                name=f"q-{method.algorithm}-s{seed}",
+                algorithm=method.algorithm,
                 tenants=self.tenants,
                 seed=seed,
                 workdir=Path(tmp),
                 local_steps=self.spec.local_steps,
+                variant=method.params,
             )
             return self.run(job)
 
-    def pooled(self, algorithm: str, seed: int) -> list[Metrics]:
-        """One tenant holding all the data, with as many steps per round as the federation."""
+    def pooled(
+        self, algorithm: str, seed: int, variant: Mapping[str, Any] | None = None
+    ) -> list[Metrics]:
+        """One tenant holding all the data, with as many steps per round as the federation
+        takes (the tenants sampled per round times the local steps)."""
         label = "centralized" if algorithm == "fedavg" else algorithm
         with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
             job = self.job(
@@ -311,7 +406,8 @@ class _Bench:
                 tenants=["central"],
                 seed=seed,
                 workdir=Path(tmp),
-                local_steps=self.spec.local_steps * len(self.tenants),
+                local_steps=self.spec.local_steps * self.participants,
+                variant=variant,
             )
             return self.run(job)
 
@@ -359,6 +455,22 @@ class _Bench:
         return [{**self.zero_shot, "round": float(r)} for r in self.spec.eval_rounds()]
 
 
+def _client_totals(rounds: Sequence[Mapping[str, Any]]) -> Metrics:
+    """Over a run's client steps: ``clients/steps``, ``clients/notes`` (steps that reported
+    something, e.g. FewFedPIT skipping synthesis) and ``clients/<metric>`` summed (e.g.
+    ``clients/fewfedpit/kept``, the synthetic examples kept over the run)."""
+    steps_ = [t for r in rounds for t in r["tenants"].values()]
+    totals: Metrics = {
+        "clients/steps": float(len(steps_)),
+        "clients/notes": float(sum(bool(t.get("notes")) for t in steps_)),
+    }
+    for step in steps_:
+        for key, value in (step.get("metrics") or {}).items():
+            if isinstance(value, int | float):
+                totals[f"clients/{key}"] = totals.get(f"clients/{key}", 0.0) + float(value)
+    return totals
+
+
 def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None) -> dict[str, Any]:
     """Run every method of ``spec`` with every seed; return the results document.
 
@@ -368,6 +480,7 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
     """
     say: Log = log or logger.info
     _check(spec)
+    methods = _methods(spec)
     bench = _Bench(workspace, spec, say)
     runs: list[dict[str, Any]] = []
 
@@ -378,16 +491,18 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         runs.append(
             {"method": method, "kind": kind, "seed": seed, "seconds": seconds, "rounds": rows}
         )
+        leaked = f", leakage {rows[-1]['leakage']:.3f}" if "leakage" in rows[-1] else ""
         say(
-            f"{method} (seed {seed}): EM {rows[-1]['em']:.3f} after round {int(rows[-1]['round'])}, {seconds:.0f} s"
+            f"{method} (seed {seed}): EM {rows[-1]['em']:.3f} after round "
+            f"{int(rows[-1]['round'])}{leaked}, {seconds:.0f} s"
         )
 
     if "zero-shot" in spec.baselines:
         # Deterministic: one run stands for every seed.
         record("zero-shot", "baseline", None, bench.zero_shot_rows)
     for seed in spec.seeds:
-        for name in spec.algorithms:
-            record(name, "algorithm", seed, partial(bench.algorithm, name, seed))
+        for method in methods:
+            record(method.label, "algorithm", seed, partial(bench.algorithm, method, seed))
         if "standalone" in spec.baselines:
             record("standalone", "baseline", seed, partial(bench.standalone, seed))
         if "centralized" in spec.baselines:
@@ -398,6 +513,11 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
     return {
         "spec": spec.to_json(),
         "suite": {k: bench.manifest[k] for k in ("spec", "tenants", "public", "test")},
+        "split": {
+            "name": spec.split,
+            "tenants": bench.split_manifest["tenants"],
+            "files": bench.split_manifest["files"],
+        },
         "base_model": str(bench.model_dir),
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,

@@ -20,6 +20,9 @@ PLOT_METRICS: Final[dict[str, str]] = {
     "train_loss": "clients' training loss",
 }
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+_CANDIDATES: Final = "clients/fewfedpit/candidates"
+_KEPT: Final = "clients/fewfedpit/kept"
+_LEAKAGE: Final = ("leakage", "leakage/reproduced")
 
 
 def _pm(stats: Mapping[str, float], digits: int = 3) -> str:
@@ -34,19 +37,28 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     categories: list[str] = results["categories"]
     # FedPT's rows score the proxy-tuned large model; its small model gets its own column.
     small = any("small/em" in row["metrics"] for row in results["table"])
+    leakage = any("leakage" in row["metrics"] for row in results["table"])
+    # FewFedPIT's synthetic examples over a run: passed the filters / kept by IFS (what its
+    # public parameters train on).
+    synthetic = any(_CANDIDATES in row["metrics"] for row in results["table"])
     lines = [
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
             f"(n = runs); exact match (EM) is greedy, per category, on "
             f"{results['suite']['test']['records']} held-out records."
         ),
+        *_split_lines(results),
         "",
         "| method | n | EM | local EM | best-round EM | "
         + " | ".join(f"EM {c}" for c in categories)
         + " | Rouge-L | test loss |"
         + (" small-model EM |" if small else "")
+        + (" leakage | reproduced |" if leakage else "")
+        + (" synthetic passed / kept |" if synthetic else "")
         + " s/run |",
-        "|---|---:|---:|---:|---:|" + "---:|" * (len(categories) + small) + "---:|---:|---:|",
+        "|---|---:|---:|---:|---:|"
+        + "---:|" * (len(categories) + small + 2 * leakage + synthetic)
+        + "---:|---:|---:|",
     ]
     for row in results["table"]:
         metrics = row["metrics"]
@@ -60,13 +72,15 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             _pm(metrics["rouge_l"]) if "rouge_l" in metrics else "-",
             _pm(metrics["test_loss"]),
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
+            *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
+            *([_synthetic(metrics)] if synthetic else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     if results.get("claims"):
         lines += [
             "",
-            "| paper ordering | source | EM difference | 2 s.e. | verdict |",
+            "| paper ordering | source | difference | 2 s.e. | verdict |",
             "|---|---|---:|---:|---|",
         ]
         for claim in results["claims"]:
@@ -75,6 +89,35 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
                 f"{2 * claim['se']:.3f} | {claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _synthetic(metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """``passed / kept`` synthetic examples per run (means over seeds), ``-`` if none made."""
+    if _CANDIDATES not in metrics:
+        return "-"
+    kept = metrics[_KEPT]["mean"] if _KEPT in metrics else 0.0
+    return f"{metrics[_CANDIDATES]['mean']:.0f} / {kept:.0f}"
+
+
+def _split_lines(results: Mapping[str, Any]) -> list[str]:
+    """What the tenants held, when not the suite's own tenants; what leakage measures."""
+    spec = results["spec"]
+    lines = []
+    split = results.get("split", {})
+    if split.get("name", "suite") != "suite":
+        sizes = [t["records"] for t in split["tenants"].values()]
+        per_round = spec.get("clients_per_round") or len(sizes)
+        lines.append(
+            f"Tenants: the {split['name']} split, {len(sizes)} tenants with {min(sizes)} to "
+            f"{max(sizes)} records ({sum(sizes)} in all), {per_round} sampled per round."
+        )
+    if spec.get("audit_records"):
+        lines.append(
+            f"Leakage: mean Rouge-L of the final model's greedy answers to the training prompts "
+            f"of {spec['audit_records']} of the tenants' records against the true responses "
+            "(discoverable memorization; lower leaks less); reproduced: share at Rouge-L >= 0.7."
+        )
+    return lines
 
 
 def _series(

@@ -24,7 +24,7 @@ from fedtune.eval.gsm8k import exact_match as gsm8k_exact_match
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.eval.rouge import rouge_l_corpus
 
-__all__ = ["EvalSet", "answer_correct", "evaluate_model", "local_score"]
+__all__ = ["EvalSet", "answer_budget", "answer_correct", "evaluate_model", "local_score"]
 
 # Tokens generated beyond the longest reference answer, so a model that has learnt the answer
 # but not where to stop is still scored on the answer, then marked wrong for the extra text.
@@ -70,10 +70,7 @@ class EvalSet:
             collate(encoded[i : i + batch_size], int(pad))
             for i in range(0, len(encoded), batch_size)
         ]
-        longest = max(
-            len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in self.references
-        )
-        self.max_new_tokens = longest + _SLACK_TOKENS
+        self.max_new_tokens = answer_budget(tokenizer, self.references)
 
     def predictions(
         self, model: nn.Module, tokenizer: PreTrainedTokenizerBase | None = None
@@ -86,6 +83,12 @@ class EvalSet:
             self.max_new_tokens,
             batch_size=self.batch_size,
         )
+
+
+def answer_budget(tokenizer: PreTrainedTokenizerBase, references: Sequence[str]) -> int:
+    """Tokens to generate: the longest reference's, plus a few to see where the model stops."""
+    longest = max(len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references)
+    return longest + _SLACK_TOKENS
 
 
 def evaluate_model(

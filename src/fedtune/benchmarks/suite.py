@@ -45,8 +45,11 @@ __all__ = [
     "SuiteSpec",
     "build_suite",
     "category_shares",
+    "describe_set",
+    "digests",
     "load_manifest",
     "read_set",
+    "write_files",
     "write_suite",
 ]
 
@@ -133,22 +136,24 @@ class Suite:
             "spec": self.spec.to_json(),
             "categories": list(CATEGORIES),
             "tenants": {
-                name: {"records": len(records), "category_counts": _counts(records)}
-                for name, records in self.tenants.items()
+                name: describe_set(records) for name, records in self.tenants.items()
             },
-            "public": {"records": len(self.public), "category_counts": _counts(self.public)},
-            "test": {"records": len(self.test), "category_counts": _counts(self.test)},
-            "pretrain": {"records": len(self.pretrain), "category_counts": _counts(self.pretrain)},
-            "files": {
-                name: hashlib.sha256(data).hexdigest()
-                for name, data in sorted(self.files().items())
-            },
+            "public": describe_set(self.public),
+            "test": describe_set(self.test),
+            "pretrain": describe_set(self.pretrain),
+            "files": digests(self.files()),
         }
 
 
-def _counts(records: list[Record]) -> dict[str, int]:
+def digests(files: Mapping[str, bytes]) -> dict[str, str]:
+    """File name -> sha256 of its content, sorted by name (a manifest's ``files``)."""
+    return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+
+
+def describe_set(records: list[Record]) -> dict[str, Any]:
+    """A set's manifest entry: ``records`` and ``category_counts`` (every category listed)."""
     counts = Counter(r["category"] for r in records)
-    return {c: counts.get(c, 0) for c in CATEGORIES}
+    return {"records": len(records), "category_counts": {c: counts.get(c, 0) for c in CATEGORIES}}
 
 
 def _check_spec(spec: SuiteSpec) -> None:
@@ -231,14 +236,19 @@ def build_suite(spec: SuiteSpec) -> Suite:
     )
 
 
-def write_suite(suite: Suite, out_dir: str | Path) -> dict[str, Any]:
-    """Write the suite's files and its manifest into ``out_dir``; return the manifest."""
+def write_files(out_dir: str | Path, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> None:
+    """Write ``files`` and, last, ``manifest`` as ``MANIFEST`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in suite.files().items():
+    for name, data in files.items():
         (out / name).write_bytes(data)
-    manifest = suite.manifest()
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+
+
+def write_suite(suite: Suite, out_dir: str | Path) -> dict[str, Any]:
+    """Write the suite's files and its manifest into ``out_dir``; return the manifest."""
+    manifest = suite.manifest()
+    write_files(out_dir, suite.files(), manifest)
     return manifest
 
 

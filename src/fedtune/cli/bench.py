@@ -224,7 +224,8 @@ def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
 
-    spec = get_preset(args.preset).quality
+    preset = get_preset(args.preset)
+    spec = preset.fewshot_quality if args.split == "fewshot" else preset.quality
     changes: dict[str, Any] = {}
     for option in (
         "algorithms",
@@ -236,16 +237,16 @@ def _bench_quality(args: argparse.Namespace) -> int:
         "eval_every",
         "lr",
         "optimizer",
+        "clients_per_round",
+        "audit_records",
     ):
         value = getattr(args, option)
         if value is not None:
             changes[option] = value
     if args.lora_targets is not None:
         changes["lora_targets"] = None if args.lora_targets == ("default",) else args.lora_targets
-    params = _params(args.param)
-    if params:
-        changes["algorithm_params"] = params
     spec = dataclasses.replace(spec, **changes)
+    spec = dataclasses.replace(spec, algorithm_params=_quality_params(spec, _params(args.param)))
     workspace = _workspace(args)
     results = run_quality(workspace, spec, log=out.print)
     out_dir = workspace.quality_dir
@@ -260,6 +261,18 @@ def _bench_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quality_params(spec: Any, given: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The preset's settings of the algorithms that run, updated field by field with
+    ``--param`` (which may name only algorithms that run: the benchmark checks)."""
+    from fedtune.benchmarks.methods import parse_method
+
+    running = {parse_method(label).algorithm for label in spec.algorithms}
+    params = {a: dict(p) for a, p in spec.algorithm_params.items() if a in running}
+    for algorithm, fields in given.items():
+        params[algorithm] = params.get(algorithm, {}) | fields
+    return params
+
+
 def _add_quality(kinds: Any) -> None:
     p = kinds.add_parser(
         "quality",
@@ -269,7 +282,21 @@ def _add_quality(kinds: Any) -> None:
         "DIR/quality/results.json, results.md (mean and spread) and plots/*.png (per round).",
     )
     _common(p)
-    p.add_argument("--algorithms", type=_names, help="comma-separated registered algorithms")
+    p.add_argument(
+        "--split",
+        choices=["suite", "fewshot"],
+        default="suite",
+        help="the tenants' data: the suite's tenants (default), or FewFedPIT's few-shot split "
+        "of its pool (DIR/suite/fewshot, drawn on first use) with FewFedPIT's comparison: "
+        "FedIT's methods, Centralized, fewfedpit at beta 0/0.5/1, leakage audit",
+    )
+    p.add_argument(
+        "--algorithms",
+        type=_names,
+        help="comma-separated methods: registered algorithms, or variants "
+        "ALGORITHM@FIELD=VALUE[@FIELD=VALUE...] (e.g. fewfedpit@beta=0) that run the "
+        "algorithm with those settings under that label",
+    )
     p.add_argument(
         "--baselines",
         type=_names,
@@ -283,6 +310,16 @@ def _add_quality(kinds: Any) -> None:
     p.add_argument("--model", help="base model of the workspace (large or small)")
     p.add_argument("--eval-every", type=int, help="score the global model every N rounds")
     p.add_argument(
+        "--clients-per-round", type=int, help="tenants sampled per round (default: all)"
+    )
+    p.add_argument(
+        "--audit-records",
+        type=int,
+        metavar="N",
+        help="memorization audit of each run's final model on N of the tenants' records "
+        "(leakage column; 0: none; the fewshot split's default: 100)",
+    )
+    p.add_argument(
         "--lora-targets",
         type=_names,
         help="comma-separated LoRA target modules, or 'default' for the architecture's "
@@ -292,7 +329,8 @@ def _add_quality(kinds: Any) -> None:
         "--param",
         action="append",
         metavar="ALGO.FIELD=VALUE",
-        help="algorithm setting, e.g. fedprox.mu=0.1 (repeatable)",
+        help="algorithm setting, e.g. fedprox.mu=0.1, for every variant of the algorithm "
+        "(repeatable)",
     )
     p.set_defaults(handler=_bench_quality)
 
