@@ -57,6 +57,8 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
     "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 32,
                   "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
                   "max_generation_examples": 0},
+    # FewFedPIT generates with the global model inside the tenant's step: keep it short.
+    "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
 }
 
 
