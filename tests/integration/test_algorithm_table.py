@@ -41,6 +41,7 @@ TABLE: dict[str, dict[str, Any]] = {
     "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 48,
                   "num_layers": 3, "num_heads": 2, "intermediate_size": 96},
                   "max_generation_examples": 2, "max_new_tokens": 4},
+    "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
 }
 
 # Job fields a row needs beyond the default tiny job (2-layer model, 3 tenants, no public data).
