@@ -483,6 +483,8 @@ class FedMKTConfig(StrictModel):
     tenants_load_base: ClassVar[bool] = False
     #: Every tenant entry names its own small model.
     tenant_models: ClassVar[bool] = True
+    #: The public set is shared by all parties (tenants compute knowledge on it).
+    tenants_read_public: ClassVar[bool] = True
 
     name: Literal["fedmkt"] = Field(description="Algorithm name.")
     ce_weight: float = Field(

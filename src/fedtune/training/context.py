@@ -321,7 +321,8 @@ class TenantContext(_Encoding):
 
     tenant: str = ""
     base: TenantBase = field(default_factory=lambda: TenantBase(model=None))
-    #: The public dataset every party may read (algorithms that transfer knowledge on it).
+    #: The public dataset, only where the algorithm declares it shared with tenants (fedmkt's
+    #: ``tenants_read_public``); None otherwise, so no other tenant step can read it.
     public_data_uri: str | None = None
     shared: SharedBase = field(default_factory=SharedBase, repr=False)
     #: Shows long work inside a step (the local engine sets a rich bar; default: log lines).
@@ -347,11 +348,19 @@ class TenantContext(_Encoding):
             tenant=tenant,
             base=base,
             shared=shared or SharedBase(),
-            public_data_uri=job.public_data_uri,
+            public_data_uri=(
+                job.public_data_uri
+                if getattr(type(job.algorithm), "tenants_read_public", False)
+                else None
+            ),
         )
 
-    def public_examples(self) -> list[Example]:
-        """The public dataset (``public_data_uri``), read once per process."""
+    def shared_public_examples(self) -> list[Example]:
+        """The public dataset the algorithm shares with every party, read once per process.
+
+        Raises:
+            ConfigError: The algorithm shares no public set with tenants, or it is unreadable.
+        """
         cache = self.shared.cache.setdefault(f"public:{self.public_data_uri}", {})
         if "examples" not in cache:
             cache["examples"] = read_public(self.public_data_uri)

@@ -168,7 +168,7 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     ) -> tuple[Update, ClientState | None]:
         """Algorithm 1 (client): distil the LLM's knowledge -> fine-tune -> own knowledge."""
         round_index = int(broadcast.meta["round"])
-        examples = self._public(ctx.public_examples())
+        examples = self._public(ctx.shared_public_examples())
         public.check_same_public(broadcast.meta["public_hash"], examples, ctx.public_data_uri, f"tenant {ctx.tenant!r}")
         tok = ctx.tokenizer()
         check_top_k(self.config.top_k, len(tok), f"tenant {ctx.tenant!r}'s tokenizer")
