@@ -59,7 +59,11 @@ CLIENT_CASES: dict[str, dict[str, Any]] = {
                   "max_generation_examples": 0},
     # FewFedPIT generates with the global model inside the tenant's step: keep it short.
     "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
+    # FedMKT: each tenant its own small model (FEDMKT_SMALL); only knowledge crosses.
+    "fedmkt": {"name": "fedmkt", "top_k": 4, "public_size": 4},
 }
+FEDMKT_SMALL = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1, "num_heads": 2,
+                "intermediate_size": 32}
 
 
 def test_every_registered_algorithm_has_a_client_case() -> None:
@@ -118,7 +122,7 @@ def test_every_client_step_runs_where_the_providers_model_is_unreadable(
     jobs = []
     for name, algorithm in CLIENT_CASES.items():
         model: dict[str, Any] = {"source": "pretrained", "uri": model_uri}
-        if name not in ("fedbiot", "fedot", "offsite-tuning"):
+        if name not in ("fedbiot", "fedot", "offsite-tuning", "fedmkt"):
             model["tenant_uri"] = str(public_copy)
         tenants = 1 if name == "offsite-tuning" else 3
         raw = tiny_job_dict(
@@ -131,6 +135,9 @@ def test_every_client_step_runs_where_the_providers_model_is_unreadable(
             public_data_uri=str(DATA / "public.jsonl"),
         )
         raw["tenants"] = raw["tenants"][:tenants]
+        if name == "fedmkt":
+            for tenant in raw["tenants"]:
+                tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
         job = parse_job(raw)
         provider = steps.ProviderEnv.create(job)
         steps.init_step(provider)

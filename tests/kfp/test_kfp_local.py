@@ -188,3 +188,48 @@ def test_kfp_local_fewfedpit_equals_the_local_engine_bitwise(tmp_path: Path) -> 
             mine = record["tenants"][tenant]
             assert mine["metrics"] == values["metrics"]
             assert mine["metrics"]["fewfedpit/instruction_prompts"] == 6
+
+
+def _fedmkt_settings() -> dict:  # type: ignore[type-arg]
+    small = {"source": "tiny", "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32}
+    return {
+        "rounds": 2,
+        "public_data_uri": str(DATA / "public.jsonl"),
+        "algorithm": {"name": "fedmkt", "top_k": 4, "public_size": 4, "kd_batch_size": 2},
+        "engine": {"step_threads": 1},
+        "tenant_models": [
+            {"model": {**small, "arch": "llama"}, "tokenizer": str(EXAMPLE_TOKENIZERS / "fedmkt-sentencepiece")},
+            {"model": {**small, "arch": "gpt2"}, "tokenizer": str(EXAMPLE_TOKENIZERS / "fedmkt-wordpiece")},
+        ],
+    }
+
+
+EXAMPLE_TOKENIZERS = Path(__file__).resolve().parents[2] / "examples" / "tokenizers"
+
+
+def _fedmkt_job(workdir: Path):  # type: ignore[no-untyped-def]
+    from fedtune.config import parse_job
+    from tests.kfp.conftest import two_tenant_dict
+
+    settings = _fedmkt_settings()
+    extra = settings.pop("tenant_models")
+    raw = two_tenant_dict(workdir, **settings)
+    for tenant, own in zip(raw["tenants"], extra, strict=True):
+        tenant.update(own)
+    return parse_job(raw)
+
+
+@pytest.mark.slow
+def test_kfp_local_fedmkt_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
+    """Heterogeneous tenants (two architectures, two tokenizers) in separate task processes:
+    the LLM's adapter and knowledge are the same bits as in one process."""
+    local_job, kfp_job = _fedmkt_job(tmp_path / "local"), _fedmkt_job(tmp_path / "kfp")
+    expected = run_job(local_job, NullTracker(), QUIET)
+    got = run_kfp_local(kfp_job, QUIET)
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert a.keys() == b.keys() and any(k.startswith("knowledge/") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
+        for tenant, values in reference["tenants"].items():
+            assert record["tenants"][tenant]["metrics"] == values["metrics"]

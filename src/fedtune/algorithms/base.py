@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from fedtune.aggregation import TensorSpec, client_weights
+from fedtune.aggregation import TensorSpec, client_weights, validate_update
 from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.training.context import ProviderContext, TenantContext, TenantData
@@ -123,6 +123,14 @@ class Algorithm(ABC, Generic[C]):
             for name, tensor in broadcast.group("adapter").items():
                 specs[f"{group}/{name}"] = TensorSpec(tuple(tensor.shape), tensor.dtype)
         return specs
+
+    def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
+        """Refuse an update that may not enter aggregation (keys, shapes, values, size).
+
+        Raises:
+            UpdateRejected: Naming the tenant and every problem found.
+        """
+        validate_update(tenant, update.tensors, self.expected_update_shapes(broadcast), max_bytes)
 
     def client_weights(self, updates: dict[str, Update], names: list[str]) -> list[float]:
         """Weights of ``names``' updates in the mean: by num_samples, or uniform by config."""

@@ -470,6 +470,52 @@ class FewFedPITConfig(WeightedMeanConfig):
         return self
 
 
+class FedMKTConfig(StrictModel):
+    """FedMKT ("FedMKT: Federated Mutual Knowledge Transfer for Large and Small Language
+    Models", papers/003): the provider's LLM (the job's ``model``) and every tenant's own small
+    model (``tenants[].model`` / ``tenants[].tokenizer``, any architecture and tokenizer) teach
+    each other through top-k knowledge on the shared public set (``public_data_uri``), selected
+    by DualMinCE; no weights cross. Defaults are the paper's (lambda = 0.9, k = 128, one epoch
+    per phase).
+    """
+
+    #: Tenants never build the provider's model; each builds its own (tenants[].model).
+    tenants_load_base: ClassVar[bool] = False
+    #: Every tenant entry names its own small model.
+    tenant_models: ClassVar[bool] = True
+    #: The public set is shared by all parties (tenants compute knowledge on it).
+    tenants_read_public: ClassVar[bool] = True
+
+    name: Literal["fedmkt"] = Field(description="Algorithm name.")
+    ce_weight: float = Field(
+        0.9,
+        allow_inf_nan=False,
+        description="lambda in lambda*CE + (1-lambda)*KD: the weight of the cross-entropy term "
+        "on the public set; 1 - ce_weight weights the distillation term (paper: 0.9).",
+    )
+    top_k: int = Field(
+        128, ge=1, le=1_000_000, description="Top-k next-token predictions per position in "
+        "knowledge messages (at most the smallest vocabulary)."
+    )
+    public_size: int | None = Field(
+        None, ge=1, le=1_000_000, description="Use the first N public examples (default: all)."
+    )
+    kd_epochs: int = Field(1, ge=1, le=1000, description="Passes over the public set per distillation.")
+    kd_batch_size: int = Field(4, ge=1, le=4096, description="Distillation batch size (paper: 4).")
+    kd_lr: float | None = Field(
+        None, gt=0.0, le=10.0, description="Distillation learning rate (default: training.lr)."
+    )
+
+    @model_validator(mode="after")
+    def _ce_weight_in_unit_interval(self) -> FedMKTConfig:
+        if not 0.0 <= self.ce_weight <= 1.0:
+            raise ValueError(
+                f"algorithm.ce_weight={self.ce_weight} is outside [0, 1]: it is lambda in "
+                "lambda*CE + (1-lambda)*KD; set it between 0 and 1 (paper: 0.9)"
+            )
+        return self
+
+
 AlgorithmConfig = Annotated[
     FedAvgConfig
     | FedProxConfig
@@ -479,7 +525,8 @@ AlgorithmConfig = Annotated[
     | FedOTConfig
     | OffsiteTuningConfig
     | FedPTConfig
-    | FewFedPITConfig,
+    | FewFedPITConfig
+    | FedMKTConfig,
     Field(discriminator="name"),
 ]
 

@@ -88,6 +88,17 @@ class TenantConfig(StrictModel):
     resources: TenantResources = Field(
         default_factory=TenantResources, description="Cluster resources of the client step."
     )
+    model: ModelConfig | None = Field(
+        None,
+        description="The tenant's own small model (fedmkt): a tiny config or the tenant's "
+        "Hugging Face directory; the job's model is the provider's.",
+    )
+    tokenizer: str | None = Field(
+        None,
+        min_length=1,
+        description="The tenant's tokenizer (fedmkt; same values as the top-level tokenizer). "
+        "The provider reads it to map vocabularies.",
+    )
     max_samples: int | None = Field(
         None,
         ge=1,
@@ -284,6 +295,7 @@ class JobConfig(StrictModel):
                 f"audit.tenants names {unknown}, which are not tenants of this job; use some "
                 f"of {sorted(names)}, or leave audit.tenants out to audit every tenant"
             )
+        self._check_tenant_models()
         self._check_scaffold_optimizer()
         per_round = self.sampled_per_round
         if per_round > len(self.tenants):
@@ -308,6 +320,27 @@ class JobConfig(StrictModel):
                 "variate assumes plain SGD local steps (Karimireddy et al. 2020, option II); "
                 "set training.optimizer: sgd, or algorithm.allow_non_sgd_optimizer: true to run "
                 "it anyway"
+            )
+
+    def _check_tenant_models(self) -> None:
+        """Per-tenant models belong to algorithms that give every tenant its own (fedmkt)."""
+        own = bool(getattr(type(self.algorithm), "tenant_models", False))
+        for tenant in self.tenants:
+            carries = tenant.model is not None or tenant.tokenizer is not None
+            if carries and not own:
+                raise ValueError(
+                    f"tenant {tenant.name!r} sets model/tokenizer, but algorithm "
+                    f"{self.algorithm.name!r} trains one shared model; remove them, or use fedmkt"
+                )
+            if own and tenant.model is None:
+                raise ValueError(
+                    f"tenant {tenant.name!r} has no model: {self.algorithm.name} trains each "
+                    "tenant's own small model; add `model:` (and `tokenizer:`) to its entry"
+                )
+        if own and not self.public_data_uri:
+            raise ValueError(
+                f"{self.algorithm.name} transfers knowledge on a public set, but public_data_uri "
+                "is not set; set it to a JSON Lines dataset every party may read"
             )
 
     def _check_tenant_base(self) -> None:

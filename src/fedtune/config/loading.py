@@ -22,7 +22,7 @@ _PATH_FIELDS: tuple[tuple[str, ...], ...] = (
     ("model", "uri"),
     ("model", "tenant_uri"),
 )
-_TENANT_PATH_FIELDS = ("data_uri", "store_uri")
+_TENANT_PATH_FIELDS = ("data_uri", "store_uri", "tokenizer")  # + model.uri (fedmkt)
 
 # A fix for each pydantic error type that has no message of our own.
 _FIXES = {
@@ -63,6 +63,8 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
                 for key in _TENANT_PATH_FIELDS:
                     if key in tenant:
                         tenant[key] = _resolve(tenant[key], base_dir)
+                if isinstance(tenant.get("model"), dict) and "uri" in tenant["model"]:
+                    tenant["model"] = {**tenant["model"], "uri": _resolve(tenant["model"]["uri"], base_dir)}
             tenants.append(tenant)
         out["tenants"] = tenants
     return out

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedtune.aggregation import validate_update
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, UpdateRejected
@@ -268,7 +267,6 @@ def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
-    expected = env.algorithm.expected_update_shapes(broadcast)
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
     for name in sampled:
@@ -279,7 +277,7 @@ def collect_updates(
             continue
         try:
             update = Update.load(store, key)
-            validate_update(name, update.tensors, expected, env.job.limits.max_update_bytes)
+            env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))

@@ -176,6 +176,8 @@ class ProviderContext(_Encoding):
     num_tenants: int = 1
     public_data_uri: str | None = None
     store: Any = None  # the provider-private Store (states, summaries, exports)
+    #: Tokenizer spec of each tenant's own model (fedmkt): tokenizers are declared public.
+    tenant_tokenizers: dict[str, str] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -190,6 +192,9 @@ class ProviderContext(_Encoding):
             num_tenants=len(job.tenants),
             public_data_uri=job.public_data_uri,
             store=store,
+            tenant_tokenizers={
+                t.name: tenant_tokenizer_spec(t.model, t.tokenizer) for t in job.tenants if t.model
+            },
         )
 
     @property
@@ -246,23 +251,41 @@ class ProviderContext(_Encoding):
             ConfigError: ``public_data_uri`` is not set, or names nothing readable.
             DataError: A record of the dataset is malformed.
         """
-        from fedtune.data.loader import read_examples
-
         if "public" not in self._cache:
-            if not self.public_data_uri:
-                raise ConfigError(
-                    "public_data_uri is not set, but the algorithm trains on a public dataset",
-                    fix="Set public_data_uri in the job file to a JSON Lines dataset the provider "
-                    "may use (e.g. examples/data/quickstart/public.jsonl).",
-                )
-            try:
-                self._cache["public"] = read_examples(self.public_data_uri)
-            except StoreError as exc:
-                raise ConfigError(
-                    f"public_data_uri={self.public_data_uri!r} cannot be read: {exc}",
-                    fix="Point public_data_uri at an existing JSON Lines file or object.",
-                ) from exc
+            self._cache["public"] = read_public(self.public_data_uri)
         return list(self._cache["public"])
+
+
+def read_public(uri: str | None) -> list[Example]:
+    """The public dataset at ``uri`` (the job's ``public_data_uri``).
+
+    Raises:
+        ConfigError: ``uri`` is not set, or names nothing readable.
+        DataError: A record of the dataset is malformed.
+    """
+    from fedtune.data.loader import read_examples
+
+    if not uri:
+        raise ConfigError(
+            "public_data_uri is not set, but the algorithm trains on a public dataset",
+            fix="Set public_data_uri in the job file to a JSON Lines dataset the provider "
+            "may use (e.g. examples/data/quickstart/public.jsonl).",
+        )
+    try:
+        return read_examples(uri)
+    except StoreError as exc:
+        raise ConfigError(
+            f"public_data_uri={uri!r} cannot be read: {exc}",
+            fix="Point public_data_uri at an existing JSON Lines file or object.",
+        ) from exc
+
+
+def tenant_tokenizer_spec(model: ModelConfig, tokenizer: str | None) -> str:
+    """The tokenizer a tenant's own model uses: its ``tokenizer``, else the model's own
+    (``builtin`` for a tiny model, the model directory otherwise)."""
+    if tokenizer and tokenizer != "auto":
+        return tokenizer
+    return "builtin" if isinstance(model, TinyModelConfig) else model.uri
 
 
 @dataclass(frozen=True)
@@ -306,6 +329,9 @@ class TenantContext(_Encoding):
 
     tenant: str = ""
     base: TenantBase = field(default_factory=lambda: TenantBase(model=None))
+    #: The public dataset, only where the algorithm declares it shared with tenants (fedmkt's
+    #: ``tenants_read_public``); None otherwise, so no other tenant step can read it.
+    public_data_uri: str | None = None
     shared: SharedBase = field(default_factory=SharedBase, repr=False)
     #: Shows long work inside a step (the local engine sets a rich bar; default: log lines).
     progress: ProgressHook = field(default=logged_progress, repr=False)
@@ -315,15 +341,38 @@ class TenantContext(_Encoding):
     def from_job(
         cls, job: JobConfig, tenant: str, tenants_load_base: bool, shared: SharedBase | None = None
     ) -> TenantContext:
-        """The context of ``tenant``: job seeds, LoRA and training settings, tenant base."""
+        """The context of ``tenant``: job seeds, LoRA and training settings, tenant base
+        (the tenant's own model where its entry names one)."""
+        entry = next((t for t in job.tenants if t.name == tenant), None)
+        if entry is not None and entry.model is not None:
+            own = entry.model if isinstance(entry.model, TinyModelConfig) else entry.model.uri
+            base = TenantBase(model=own, tokenizer_spec=entry.tokenizer or "auto")
+        else:
+            base = TenantBase.from_job(job, tenants_load_base)
         return cls(
             seed=job.seed,
             lora_config=job.lora,
             training=job.training,
             tenant=tenant,
-            base=TenantBase.from_job(job, tenants_load_base),
+            base=base,
             shared=shared or SharedBase(),
+            public_data_uri=(
+                job.public_data_uri
+                if getattr(type(job.algorithm), "tenants_read_public", False)
+                else None
+            ),
         )
+
+    def shared_public_examples(self) -> list[Example]:
+        """The public dataset the algorithm shares with every party, read once per process.
+
+        Raises:
+            ConfigError: The algorithm shares no public set with tenants, or it is unreadable.
+        """
+        cache = self.shared.cache.setdefault(f"public:{self.public_data_uri}", {})
+        if "examples" not in cache:
+            cache["examples"] = read_public(self.public_data_uri)
+        return list(cache["examples"])
 
     # -- the package's tokenizer ------------------------------------------------------------
     def adopt_tokenizer(self, files: Mapping[str, torch.Tensor]) -> None:

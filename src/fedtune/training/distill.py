@@ -81,3 +81,33 @@ def alignment_loss(
     kl = masked_kl(teacher_logits, student_logits, mask)
     parts["kl"] = float(kl.detach())
     return l2 + kl_lambda * kl, parts
+
+
+def topk_kd(
+    student_logp: torch.Tensor, teacher_ids: torch.Tensor, teacher_logp: torch.Tensor
+) -> torch.Tensor:
+    """Mean over rows of ``KL(p_teacher || p_student)`` for a teacher given as top-k.
+
+    Args:
+        student_logp: Student log-probabilities (Q, V) over its full vocabulary.
+        teacher_ids: (Q, k) student-vocabulary ids the teacher puts mass on.
+        teacher_logp: (Q, k) the teacher's log-probabilities there (``-inf`` = no mass); each
+            row is renormalised over its k entries, so a top-k truncation is a distribution.
+    """
+    if teacher_ids.shape[0] == 0:
+        return student_logp.new_zeros(())
+    teacher = torch.log_softmax(teacher_logp.to(torch.float32), dim=-1)
+    probs = teacher.exp()
+    student = student_logp.gather(1, teacher_ids.long())
+    terms = torch.where(probs > 0, probs * (teacher - student), torch.zeros_like(probs))
+    return terms.sum(dim=-1).mean()
+
+
+def weighted_ce_kd(ce: torch.Tensor, kd: torch.Tensor, ce_weight: float) -> torch.Tensor:
+    """``ce_weight * CE + (1 - ce_weight) * KD`` (FedMKT, paper 003, Eq. L_2 / L_3, lambda =
+    ``ce_weight``); a zero weight drops its term from the graph."""
+    if ce_weight == 1.0:
+        return ce
+    if ce_weight == 0.0:
+        return kd
+    return ce_weight * ce + (1.0 - ce_weight) * kd

@@ -61,6 +61,7 @@ def test_a_tenant_context_holds_no_path_to_the_providers_model() -> None:
     assert not any(isinstance(v, str) and SECRET_URI in v for v in values)
     assert ctx.base.model == "/mirror/model"
     assert not hasattr(ctx, "public_examples") and not hasattr(ctx, "build_base")
+    assert ctx.public_data_uri is None  # only fedmkt shares its public set with tenants
 
 
 def test_a_fedbiot_tenant_context_has_no_model_at_all() -> None:
@@ -127,3 +128,19 @@ def test_a_tokenizer_travels_as_tensors_and_loads_identically() -> None:
 def test_a_package_tokenizer_file_with_a_path_is_refused(name: str) -> None:
     with pytest.raises(ModelError, match="not a plain file"):
         tokenizer_from_tensors({name: torch.zeros(3, dtype=torch.uint8)})
+
+
+def test_a_fedmkt_tenant_context_has_its_own_model_and_the_shared_public_set() -> None:
+    small = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1, "num_heads": 2}
+    job = parse_job(
+        job_dict(
+            model={"source": "pretrained", "uri": SECRET_URI},
+            algorithm={"name": "fedmkt"},
+            tenants=[{"name": "tenant-a", "data_uri": "a.jsonl", "model": small, "tokenizer": "builtin"}],
+        )
+    )
+    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=False)
+    assert not any(isinstance(v, str) and SECRET_URI in v for v in _every_value(ctx))
+    assert ctx.base.model is not None and ctx.base.model.arch == "gpt2"
+    assert ctx.base.tokenizer_spec == "builtin"
+    assert ctx.public_data_uri == "s3://provider-public/public.jsonl"

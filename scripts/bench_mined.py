@@ -1,0 +1,62 @@
+"""Time the MinED vocabulary mapping on a 32k x 50k-sized tokenizer pair, cold and cached.
+
+    OMP_NUM_THREADS=1 python scripts/bench_mined.py [--out DIR]
+
+Trains a SentencePiece-style BPE of 32,000 tokens and a byte-level BPE of 50,000 tokens with
+``tokenizers`` on two different generated corpora (pseudo-words from random syllables), then
+maps 32k -> 50k twice through a local store: the first run computes, the second reads the
+cached table. Prints the times as a Markdown row for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from fedtune.algorithms.fedmkt.vocab import cached_mapping
+from fedtune.models.tokenizer_families import metaspace_bpe
+from fedtune.storage import open_store
+
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "st", "ing", "er", "ion"]
+
+
+def corpus(seed: int, lines: int) -> list[str]:
+    rng = random.Random(seed)
+    words = ["".join(rng.choices(SYLLABLES, k=rng.randint(1, 4))) for _ in range(60_000)]
+    return [" ".join(rng.choices(words, k=20)) for _ in range(lines)]
+
+
+def main() -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=60_000)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    small = metaspace_bpe(corpus(1, args.lines), 32_000)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus(2, args.lines), trainers.BpeTrainer(
+        vocab_size=50_000, special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    large = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    print(f"trained {len(small)} and {len(large)} tokens in {time.perf_counter() - started:.1f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(tmp)
+        t0 = time.perf_counter()
+        table, hit = cached_mapping(store, small, large)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _, hit2 = cached_mapping(store, small, large)
+        warm = time.perf_counter() - t0
+    assert not hit and hit2 and len(table) == len(small)
+    print(f"| MinED {len(small)} -> {len(large)} | {cold:.1f} s cold | {warm:.2f} s cached |")
+
+
+if __name__ == "__main__":
+    main()

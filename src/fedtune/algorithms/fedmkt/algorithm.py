@@ -1,0 +1,215 @@
+"""FedMKT behind the phase interface (paper 003, Algorithm 1 and Appendix A).
+
+- ``init_state`` (provider): every tenant tokenizer loads and top-k fits every vocabulary; the
+  tenant -> LLM MinED tables are computed (cached in the provider's store); the LLM's LoRA
+  adapter starts from the job seed; the public set's hash is recorded.
+- ``configure_round``: the LLM's knowledge of the previous round (none in round 1), the LLM's
+  tokenizer files (to read it), the public-set hash. Never the LLM's weights.
+- ``client_step`` (tenant): check the public-set hash; distil the LLM knowledge (DualMinCE,
+  aligned); fine-tune the tenant's own small model on its private data; return its knowledge
+  on the public set. The small model's adapter, tables and alignments stay in the client state.
+- ``aggregate`` (provider): align -> select -> distil into the LLM -> the LLM's knowledge for
+  the next broadcast.
+- ``export``: the LLM (base + adapter), registered as ``<name>``.
+
+Loss on both sides: ``ce_weight * CE + (1 - ce_weight) * KD`` (the paper's lambda = 0.9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedmkt import client, public, server
+from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
+from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, distil
+from fedtune.config.algorithms import FedMKTConfig
+from fedtune.core.errors import UpdateRejected
+from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
+from fedtune.core.registry import register
+from fedtune.data.formats import Example
+from fedtune.models import lora as lora_helpers
+from fedtune.training.context import (
+    ProviderContext,
+    TenantContext,
+    TenantData,
+    derive_seed,
+    tokenizer_from_tensors,
+    tokenizer_to_tensors,
+)
+from fedtune.training.local import make_optimizer, plan_steps, train_local
+
+KNOWLEDGE = "knowledge"
+_DTYPES = {
+    "sample": torch.int32, "ce": torch.float32, "tokens": torch.int32, "token_offsets": torch.int64,
+    "positions": torch.int32, "position_offsets": torch.int64, "topk_ids": torch.int32,
+    "topk_logprobs": torch.float16,
+}
+
+
+@register("fedmkt")
+class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
+    """Mutual knowledge transfer between the provider's LLM and tenants' own small models."""
+
+    # -- shared -------------------------------------------------------------------------------
+    def _public(self, examples: list[Example]) -> list[Example]:
+        return examples[: self.config.public_size] if self.config.public_size else examples
+
+    def _settings(self, ctx: Any, tokenizer: Any, purpose: str, round_index: int) -> DistilSettings:
+        return DistilSettings(
+            ce_weight=self.config.ce_weight,
+            epochs=self.config.kd_epochs,
+            batch_size=self.config.kd_batch_size,
+            seed=derive_seed(ctx.seed, "fedmkt", purpose, round_index),
+            pad_id=tokenizer.pad_token_id,
+            vocab_size=len(tokenizer),
+        )
+
+    def _knowledge(self, ctx: Any, model: Any, tokenizer: Any, side: Side, chars: list[int], top_k: int) -> Knowledge:
+        return compute_knowledge(
+            model, side.rows, side.samples.tolist(), chars, pad_id=tokenizer.pad_token_id,
+            vocab_size=len(tokenizer), top_k=top_k, batch_size=self.config.kd_batch_size,
+        )
+
+    def _distil(self, ctx: Any, model: Any, tokenizer: Any, side: Side, teachers: dict, purpose: str, round_index: int) -> dict[str, float]:
+        lr = self.config.kd_lr or ctx.training.lr
+        params = lora_helpers.trainable_parameters(model)
+        optimizer = make_optimizer(list(params.values()), ctx.training.model_copy(update={"lr": lr}))
+        return distil(model, optimizer, side.rows, teachers, self._settings(ctx, tokenizer, purpose, round_index))
+
+    def _tenant_tokenizers(self, ctx: ProviderContext) -> dict[str, Any]:
+        return ctx.memo("fedmkt-tenant-tokenizers", lambda: {
+            name: server.tenant_tokenizer(name, spec, self.config.top_k)
+            for name, spec in sorted(ctx.tenant_tokenizers.items())
+        })
+
+    # -- provider -----------------------------------------------------------------------------
+    def init_state(self, ctx: ProviderContext) -> ServerState:
+        from fedtune.algorithms.fedmkt.vocab import cached_mapping
+
+        llm_tok = ctx.tokenizer()
+        check_top_k(self.config.top_k, len(llm_tok), "the provider's LLM tokenizer")
+        for tokenizer in self._tenant_tokenizers(ctx).values():
+            cached_mapping(ctx.store, tokenizer, llm_tok)
+        state = super().init_state(ctx)
+        state.meta["public_hash"] = public.public_hash(self._public(ctx.public_examples()))
+        return state
+
+    def configure_round(self, ctx: ProviderContext, state: ServerState, round_index: int) -> Broadcast:
+        tensors = {k: v for k, v in state.tensors.items() if k.startswith(KNOWLEDGE + "/")}
+        tensors.update(prefixed("tokenizer", tokenizer_to_tensors(ctx.tokenizer())))
+        meta = {"round": round_index, "public_hash": state.meta["public_hash"], "top_k": self.config.top_k}
+        return Broadcast(tensors=tensors, meta=meta)
+
+    def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
+        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE."""
+        problems: list[str] = []
+        expected = {f"{KNOWLEDGE}/{name}" for name in FIELDS}
+        if set(update.tensors) != expected:
+            problems.append(f"keys {sorted(set(update.tensors) ^ expected)} differ from a knowledge message")
+        else:
+            t = {name: update.tensors[f"{KNOWLEDGE}/{name}"] for name in FIELDS}
+            for name, dtype in _DTYPES.items():
+                if t[name].dtype != dtype:
+                    problems.append(f"{name} is {t[name].dtype}, expected {dtype}")
+            n, p = t["sample"].shape[0], t["positions"].shape[0]
+            if tuple(t["topk_ids"].shape) != (p, int(broadcast.meta["top_k"])) or t["topk_logprobs"].shape != t["topk_ids"].shape:
+                problems.append(f"top-k arrays {tuple(t['topk_ids'].shape)} are not ({p}, {broadcast.meta['top_k']})")
+            if t["ce"].shape[0] != n or t["token_offsets"].shape[0] != n + 1 or t["position_offsets"].shape[0] != n + 1:
+                problems.append("per-sample arrays disagree in length")
+            elif not torch.isfinite(t["ce"]).all():
+                problems.append("ce holds NaN/Inf")
+            if (t["topk_ids"] < 0).any() or (t["tokens"] < 0).any():
+                problems.append("negative token ids")
+        if update.nbytes > max_bytes:
+            problems.append(f"{update.nbytes} bytes exceed limits.max_update_bytes={max_bytes}")
+        if problems:
+            raise UpdateRejected(f"tenant {tenant!r}: knowledge message rejected: " + "; ".join(problems))
+
+    def aggregate(self, ctx: ProviderContext, state: ServerState, updates: dict[str, Update], round_index: int) -> ServerState:
+        """Algorithm 1 (server): align -> DualMinCE -> distil into the LLM -> its new knowledge."""
+        llm_tok = ctx.tokenizer()
+        examples = self._public(ctx.public_examples())
+        side, chars = public.side(llm_tok, examples, ctx.training.max_seq_len)
+        model = ctx.peft_model(state.group("adapter"))
+        own = self._knowledge(ctx, model, llm_tok, side, chars, 1)
+        received = {name: Knowledge.from_tensors(u.tensors) for name, u in updates.items()}
+        tokenizers = self._tenant_tokenizers(ctx)
+        for name, k in received.items():
+            vocab = len(tokenizers[name])
+            if k.topk_ids.size and int(k.topk_ids.max()) >= vocab or k.tokens.size and int(k.tokens.max()) >= vocab:
+                raise UpdateRejected(f"tenant {name!r}: token ids beyond its vocabulary of {vocab}")
+        teachers, metrics = server.selected_teachers(
+            ctx.store, side, own.ce, received, tokenizers, llm_tok,
+            state.meta["public_hash"], len(examples),
+        )
+        trained = self._distil(ctx, model, llm_tok, side, teachers, "llm", round_index)
+        after = self._knowledge(ctx, model, llm_tok, side, chars, self.config.top_k)
+        metrics.update({f"fedmkt/llm_kd_{k}": v for k, v in trained.items()})
+        metrics["eval/llm/public_ce_before"] = float(np.mean(own.ce))
+        metrics["eval/llm/public_ce"] = float(np.mean(after.ce))
+        for name, k in received.items():
+            metrics[f"eval/{name}/public_ce"] = float(np.mean(k.ce))
+        return ServerState(
+            tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **after.to_tensors(KNOWLEDGE)},
+            meta={"round": round_index, "public_hash": state.meta["public_hash"], "metrics": metrics},
+        )
+
+    def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
+        """Nothing of the LLM: tenants evaluate their own models in their client steps."""
+        return Broadcast(meta={"round": int(state.meta.get("round", 0)) + 1, "final": True})
+
+    # -- tenant -------------------------------------------------------------------------------
+    def client_step(
+        self, ctx: TenantContext, broadcast: Broadcast, data: TenantData, client_state: ClientState | None
+    ) -> tuple[Update, ClientState | None]:
+        """Algorithm 1 (client): distil the LLM's knowledge -> fine-tune -> own knowledge."""
+        round_index = int(broadcast.meta["round"])
+        examples = self._public(ctx.shared_public_examples())
+        public.check_same_public(broadcast.meta["public_hash"], examples, ctx.public_data_uri, f"tenant {ctx.tenant!r}")
+        tok = ctx.tokenizer()
+        check_top_k(self.config.top_k, len(tok), f"tenant {ctx.tenant!r}'s tokenizer")
+        kept = client_state.tensors if client_state is not None else {}
+        adapter = {k[len("adapter/"):]: v for k, v in kept.items() if k.startswith("adapter/")} or None
+        model = ctx.peft_model(adapter)
+        cache = client.restore_cache(kept)
+        side, chars = public.side(tok, examples, ctx.training.max_seq_len)
+        metrics: dict[str, float] = {}
+        if f"{KNOWLEDGE}/ce" in broadcast.tensors:
+            llm = Knowledge.from_tensors(broadcast.tensors, KNOWLEDGE)
+            llm_tok = tokenizer_from_tensors(broadcast.group("tokenizer"))
+            own = self._knowledge(ctx, model, tok, side, chars, 1)
+            teachers = client.selected_teachers(
+                cache, side, own.ce, llm, llm_tok, tok, broadcast.meta["public_hash"], len(examples)
+            )
+            trained = self._distil(ctx, model, tok, side, teachers, f"slm-{ctx.tenant}", round_index)
+            metrics.update({f"slm_kd_{k}": v for k, v in trained.items()})
+        encoded = ctx.encode(data.train)
+        seed = derive_seed(ctx.seed, "train", round_index, data.tenant)
+        result = train_local(
+            model, lora_helpers.trainable_parameters(model),
+            ctx.train_batches(encoded, plan_steps(ctx.training, len(encoded)), seed), ctx.training, seed=seed,
+        )
+        knowledge = self._knowledge(ctx, model, tok, side, chars, self.config.top_k)
+        metrics["public_ce"] = float(np.mean(knowledge.ce))
+        update = Update(
+            tensors=knowledge.to_tensors(KNOWLEDGE),
+            meta={
+                "num_samples": len(encoded),
+                "train_loss": result.loss,
+                "eval_loss": self._eval_loss(ctx, model, data),
+                "metrics": metrics,
+            },
+        )
+        state = ClientState(
+            tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **client.cache_tensors(cache)},
+            meta={"round": round_index},
+        )
+        return update, state
+
+    def evaluate(self, ctx: TenantContext, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
+        """The final broadcast carries no model for tenants: their metrics come per round."""
+        return {}

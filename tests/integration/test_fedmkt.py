@@ -1,0 +1,112 @@
+"""Whole FedMKT runs on the in-process engine: heterogeneous tenants (Llama and GPT-2 shapes,
+three tokenizers), only knowledge crosses, bytes in the summary, and clear bad-input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors import safe_open
+
+from fedtune.config import parse_job
+from fedtune.core.errors import ConfigError, DataError, FedtuneError
+from fedtune.engines import layout
+from fedtune.engines.local import RunOptions, run_job
+from fedtune.tracking.base import NullTracker
+from tests.helpers.tokenizers import metaspace_bpe, wordpiece
+from tests.integration.conftest import DATA, tiny_job_dict
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"source": "tiny", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+         "intermediate_size": 64, "max_position_embeddings": 256}
+
+
+def _texts() -> list[str]:
+    rows = [json.loads(line) for line in (DATA / "all.jsonl").read_text().splitlines()]
+    return [" ".join(str(v) for v in r.values()) for r in rows]
+
+
+def fedmkt_job(tmp: Path, **algorithm: Any) -> dict[str, Any]:
+    llama_tok, wp_tok = tmp / "tok-llama", tmp / "tok-wp"
+    if not llama_tok.exists():
+        metaspace_bpe(400, _texts()).save_pretrained(llama_tok)
+        wordpiece(400, _texts()).save_pretrained(wp_tok)
+    job = tiny_job_dict(tmp / "work", rounds=2, min_clients=3, public_data_uri=str(DATA / "public.jsonl"))
+    job["algorithm"] = {"name": "fedmkt", "top_k": 8, "public_size": 6, "kd_batch_size": 3, **algorithm}
+    models = [({**SMALL, "arch": "llama"}, str(llama_tok)), ({**SMALL, "arch": "gpt2"}, str(wp_tok)),
+              ({**SMALL, "arch": "gpt2"}, "builtin")]
+    for tenant, (model, tok) in zip(job["tenants"], models, strict=True):
+        tenant.update(model=model, tokenizer=tok)
+    job["training"]["max_seq_len"] = 200
+    return job
+
+
+def test_only_knowledge_crosses_and_bytes_are_summarised(tmp_path):
+    job = parse_job(fedmkt_job(tmp_path))
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    exchange = Path(job.workdir) / "exchange"
+    files = sorted(p for p in exchange.rglob("*") if p.is_file())
+    assert files
+    for path in files:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as f:
+                keys = list(f.keys())
+            bad = [k for k in keys if not k.startswith(("knowledge/", "tokenizer/"))]
+            assert not bad, (path, bad)  # no adapter, no weights, in either direction
+            if "update" in path.name:
+                assert keys and all(k.startswith("knowledge/") for k in keys)
+        else:
+            assert path.suffix in (".json", ".sha256"), path
+    provider = Path(job.workdir) / "provider" / "jobs" / job.name
+    summaries = [json.loads(p.read_text()) for p in sorted((provider / "summary").glob("round-*.json"))]
+    assert len(summaries) == 2
+    for record in summaries:
+        for name, tenant in record["tenants"].items():
+            update = exchange / "jobs" / job.name / layout.tenant_prefix(name) / f"{layout.update_key(record['round'])}.safetensors"
+            assert tenant["bytes_received"] >= update.stat().st_size > 0
+            assert tenant["bytes_sent"] > 0 and "public_ce" in tenant["metrics"]
+    text = json.dumps(summaries[-1])
+    assert "eval/llm/public_ce" in text and "fedmkt/llm_selected" in text
+    # the small models stay in their tenants' stores
+    own = Path(job.workdir) / "tenants" / "tenant-a" / "jobs" / job.name / "client-state"
+    assert any(own.iterdir())
+    assert summary
+
+
+def test_public_set_hash_mismatch_is_refused(tmp_path):
+    from fedtune.algorithms.fedmkt.public import check_same_public
+    from fedtune.data.formats import Example
+
+    a = [Example("i", "", "r")]
+    with pytest.raises(DataError, match=r"tenant 'x': the public set at 'p.jsonl' \(1 examples\) hashes to"):
+        check_same_public("0" * 64, a, "p.jsonl", "tenant 'x'")
+
+
+def test_unloadable_tenant_tokenizer_is_refused(tmp_path):
+    data = fedmkt_job(tmp_path)
+    data["tenants"][1]["tokenizer"] = str(tmp_path / "missing-tokenizer")
+    job = parse_job(data)
+    with pytest.raises(FedtuneError, match=r"tenant 'tenant-b': its tokenizer .*missing-tokenizer.* cannot be loaded"):
+        run_job(job, NullTracker(), RunOptions(progress=False))
+
+
+def test_top_k_larger_than_a_vocabulary_is_refused(tmp_path):
+    job = parse_job(fedmkt_job(tmp_path, top_k=5000))
+    with pytest.raises(ConfigError, match=r"top_k=5000 is larger than the vocabulary of"):
+        run_job(job, NullTracker(), RunOptions(progress=False))
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_ce_weight_outside_unit_interval_is_refused(tmp_path, value):
+    with pytest.raises(Exception, match=rf"ce_weight={value} is outside \[0, 1\]"):
+        parse_job(fedmkt_job(tmp_path, ce_weight=value))
+
+
+def test_tenant_without_model_is_refused(tmp_path):
+    data = fedmkt_job(tmp_path)
+    del data["tenants"][0]["model"]
+    with pytest.raises(Exception, match="tenant 'tenant-a' has no model"):
+        parse_job(data)
