@@ -42,6 +42,7 @@ TABLE: dict[str, dict[str, Any]] = {
                   "num_layers": 3, "num_heads": 2, "intermediate_size": 96},
                   "max_generation_examples": 2, "max_new_tokens": 4},
     "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
+    "fedmkt": {"name": "fedmkt", "top_k": 4, "public_size": 4},
 }
 
 # Job fields a row needs beyond the default tiny job (2-layer model, 3 tenants, no public data).
@@ -50,7 +51,18 @@ _OFFSITE_JOB = {
               "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 160},
     "public_data_uri": str(DATA / "public.jsonl"),
 }
+# FedMKT: every tenant brings its own small model (a GPT-2 shape beside the provider's Llama).
+_FEDMKT_SMALL = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1,
+                 "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 256}
 JOB_OVERRIDES: dict[str, dict[str, Any]] = {
+    "fedmkt": {
+        "public_data_uri": str(DATA / "public.jsonl"),
+        "tenants": [
+            {"name": f"tenant-{x}", "data_uri": str(DATA / f"tenant-{x}.jsonl"),
+             "model": _FEDMKT_SMALL, "tokenizer": "builtin"}
+            for x in "abc"
+        ],
+    },
     "fedpt": {"public_data_uri": str(DATA / "public.jsonl")},
     "fedavg-pt": {"public_data_uri": str(DATA / "public.jsonl")},
     "fedbiot": _OFFSITE_JOB,
