@@ -179,8 +179,12 @@ REDACTED = "redacted"
 
 def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
     """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange or
-    provider store URI, no public data URI, and not the provider's model URI."""
+    provider store URI, and not the provider's model URI. The public data URI only where the
+    algorithm shares the public set with tenants by design (FedMKT's knowledge is computed on
+    it by every party); the pod needs read access to it, e.g. a bucket every tenant can read."""
     from fedtune.config.job import PretrainedModelConfig
+
+    shared_public = bool(getattr(type(job.algorithm), "tenants_read_public", False))
 
     tenants = [
         t if t.name == tenant else t.model_copy(update={"data_uri": REDACTED, "store_uri": None})
@@ -196,7 +200,7 @@ def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
             "tracking": tracking,
             "exchange_uri": None,
             "provider_store_uri": None,
-            "public_data_uri": None,
+            "public_data_uri": job.public_data_uri if shared_public else None,
             "model": model,
         }
     )

@@ -89,6 +89,22 @@ def test_a_tenant_pods_copy_of_the_job_names_no_provider_uri() -> None:
     assert not any(u in str(seen) for u in (SECRET_URI, "provider-state", "provider-public"))
 
 
+def test_a_fedmkt_tenant_pod_keeps_the_shared_public_set_and_nothing_else_of_the_provider() -> None:
+    small = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1, "num_heads": 2}
+    job = parse_job(
+        job_dict(
+            model={"source": "tiny"},
+            algorithm={"name": "fedmkt"},
+            tenants=[{"name": "tenant-a", "data_uri": "a.jsonl", "model": small}],
+            exchange_uri="s3://ex/runs",
+            provider_store_uri="s3://provider-state/runs",
+        )
+    )
+    seen = tenant_copy(job, "tenant-a").model_dump(mode="json")
+    assert seen["public_data_uri"] == "s3://provider-public/public.jsonl"
+    assert seen["provider_store_uri"] is None and "provider-state" not in str(seen)
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
