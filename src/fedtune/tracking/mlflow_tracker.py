@@ -33,6 +33,7 @@ from fedtune.tracking.mlflow_models import (
     mlflow_errors,
 )
 from fedtune.tracking.params import is_secret_key, loggable_params, redact
+from fedtune.tracking.sqlite_db import ensure_database
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -95,6 +96,7 @@ class MlflowTracker:
             from mlflow import MlflowClient
             from mlflow.exceptions import MlflowException
 
+            ensure_database(self.tracking_uri)
             try:
                 self._client_obj = MlflowClient(
                     tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri

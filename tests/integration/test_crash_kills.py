@@ -1,0 +1,58 @@
+"""Real SIGKILLs of a ``fedtune run`` subprocess at chosen moments; the resumed run must work.
+
+Kill points are either polled files (as a user's crash would land) or the
+``FEDTUNE_TEST_KILL_AT`` hook (:mod:`fedtune.core.killpoints`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import tiny_job_dict
+from tests.integration.crash_helpers import kill_when, run, start
+
+
+def mlflow_job(tmp_path: Path, **overrides: Any) -> Path:
+    """A tiny 2-round job tracked in MLflow's default SQLite store inside its workdir."""
+    job = tiny_job_dict(tmp_path / "w", **overrides)
+    job["tracking"] = {"backend": "mlflow", "experiment": "itest"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    return path
+
+
+def _db_files(workdir: Path) -> list[Path]:
+    try:
+        return [p for p in workdir.iterdir() if "mlflow.db" in p.name]
+    except OSError:
+        return []
+
+
+def registered_versions(workdir: Path, name: str = "itest") -> list[tuple[str, str]]:
+    """(version, run id) of every registered version of ``name`` in the workdir's MLflow."""
+    with sqlite3.connect(workdir / "mlflow.db") as db:
+        return db.execute(
+            "SELECT version, run_id FROM model_versions WHERE name = ? ORDER BY version", (name,)
+        ).fetchall()
+
+
+def test_kill_while_mlflow_creates_its_database_resumes(tmp_path: Path) -> None:
+    job = mlflow_job(tmp_path)
+    workdir = tmp_path / "w"
+    proc = start(["run", str(job), "--no-progress"])
+    # A database file that has grown past 100 KB is half-way through MLflow's migrations
+    # (a complete one is about 950 KB).
+    kill_when(proc, lambda: any(p.stat().st_size > 100_000 for p in _db_files(workdir)))
+    proc.wait()
+    assert not (workdir / "mlflow.db").exists()  # only a temporary file was half-made
+    resumed = run(["run", str(job), "--no-progress", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [p.name for p in _db_files(workdir)] == ["mlflow.db"]  # the leftover is gone
+    assert len(registered_versions(workdir)) == 1
+    summary = json.loads((workdir / "runs" / "itest" / "summary.json").read_text())
+    assert summary["completed"] and len(summary["rounds"]) == 2
