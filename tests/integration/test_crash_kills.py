@@ -56,3 +56,39 @@ def test_kill_while_mlflow_creates_its_database_resumes(tmp_path: Path) -> None:
     assert len(registered_versions(workdir)) == 1
     summary = json.loads((workdir / "runs" / "itest" / "summary.json").read_text())
     assert summary["completed"] and len(summary["rounds"]) == 2
+
+
+def aliases(workdir: Path, name: str = "itest") -> dict[str, str]:
+    with sqlite3.connect(workdir / "mlflow.db") as db:
+        rows = db.execute("SELECT alias, version FROM registered_model_aliases WHERE name = ?", (name,))
+        return {alias: str(version) for alias, version in rows}
+
+
+def runs_in_mlflow(workdir: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(workdir / "mlflow.db") as db:
+        return db.execute("SELECT run_uuid, status FROM runs").fetchall()
+
+
+def test_resume_of_a_finished_run_prints_it_and_registers_nothing(tmp_path: Path) -> None:
+    job = mlflow_job(tmp_path)
+    workdir = tmp_path / "w"
+    first = run(["run", str(job), "--no-progress"])
+    assert first.returncode == 0, first.stderr
+    again = run(["run", str(job), "--no-progress", "--resume"])
+    assert again.returncode == 0, again.stderr
+    assert "registered version 1" in again.stdout and "already finished" in again.stderr
+    assert len(registered_versions(workdir)) == 1 and aliases(workdir) == {"candidate": "1"}
+    assert [status for _, status in runs_in_mlflow(workdir)] == ["FINISHED"]
+
+
+def test_kill_after_registration_registers_once(tmp_path: Path) -> None:
+    job = mlflow_job(tmp_path)
+    workdir = tmp_path / "w"
+    killed = run(["run", str(job), "--no-progress"], FEDTUNE_TEST_KILL_AT="model-registered")
+    assert killed.returncode == -9
+    assert len(registered_versions(workdir)) == 1
+    resumed = run(["run", str(job), "--no-progress", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    versions = registered_versions(workdir)
+    assert len(versions) == 1 and aliases(workdir) == {"candidate": "1"}
+    assert "registered version 1" in resumed.stdout

@@ -110,10 +110,17 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     env = steps.ProviderEnv.create(job)
     tenants = steps.TenantEnvs(job)
     info = _prepare_run(env, options)
+    finished_key = layout.run_summary_key(job.rounds)
+    if env.store().exists(finished_key):
+        log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
+        return dict(env.store().get_json(finished_key))
     preflight(tenants)
     # Workers start now, so their imports and warm-up overlap the provider's initialisation.
     with tenant_runner(job, tenants, options.workers) as runner:
-        return _run_rounds(env, runner, tracker, options, info)
+        summary = _run_rounds(env, runner, tracker, options, info)
+    if summary["completed"]:
+        env.store().put_json(finished_key, summary)
+    return summary
 
 
 def _run_rounds(

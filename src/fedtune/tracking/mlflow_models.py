@@ -192,6 +192,35 @@ def log_hf_model(
     )
 
 
+def find_registered(
+    client: MlflowClient, name: str, run_id: str, content_sha256: str, alias: str | None
+) -> ModelRef | None:
+    """The version of ``name`` that ``run_id`` already registered with these exact contents.
+
+    A resumed run (after a kill following registration, or once finished) gets that version
+    back instead of a new one; its alias is set only if the model has none of that name yet
+    (a kill between registering and aliasing), so an alias moved since stays where it is.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from fedtune.tracking.digest import CONTENT_TAG
+
+    try:
+        versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    found = [v for v in versions if (v.tags or {}).get(CONTENT_TAG) == content_sha256]
+    if not found:
+        return None
+    version = min(int(v.version) for v in found)
+    if alias is not None and alias not in (client.get_registered_model(name).aliases or {}):
+        client.set_registered_model_alias(name, alias, str(version))
+    logger.info("%s version %d already holds this run's model; not registering again", name, version)
+    return ModelRef(f"models:/{name}/{version}", name, version, alias)
+
+
 def _register(
     client: MlflowClient,
     name: str,
