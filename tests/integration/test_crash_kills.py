@@ -92,3 +92,38 @@ def test_kill_after_registration_registers_once(tmp_path: Path) -> None:
     versions = registered_versions(workdir)
     assert len(versions) == 1 and aliases(workdir) == {"candidate": "1"}
     assert "registered version 1" in resumed.stdout
+
+
+def _round_view(record: dict[str, Any]) -> dict[str, Any]:
+    """What a round reports, minus timings."""
+    keep = ("round", "sampled", "accepted", "rejected", "train_loss", "eval_loss", "server_metrics")
+    tenants = {
+        n: {k: v for k, v in t.items() if k in ("train_loss", "eval_loss", "num_samples")}
+        for n, t in record["tenants"].items()
+    }
+    return {**{k: record[k] for k in keep}, "tenants": tenants}
+
+
+def test_kill_after_state_before_round_summary_reports_the_round(tmp_path: Path) -> None:
+    job = tiny_job_dict(tmp_path / "w")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    killed = run(["run", str(path), "--no-progress"], FEDTUNE_TEST_KILL_AT="state-saved:1")
+    assert killed.returncode == -9
+    provider = tmp_path / "w" / "provider" / "jobs" / "itest"
+    assert (provider / "state" / "round-000001.json").exists()
+    assert not (provider / "summary" / "round-000001.json").exists()
+    resumed = run(["run", str(path), "--no-progress", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    row = next(line for line in resumed.stdout.splitlines() if line.startswith("│     1 │"))
+    assert "3/3" in row  # round 1's row of the table
+
+    reference = tiny_job_dict(tmp_path / "ref")
+    ref_path = tmp_path / "ref.yaml"
+    ref_path.write_text(yaml.safe_dump(reference), encoding="utf-8")
+    assert run(["run", str(ref_path), "--no-progress"]).returncode == 0
+    got = json.loads((tmp_path / "w" / "runs" / "itest" / "summary.json").read_text())
+    want = json.loads((tmp_path / "ref" / "runs" / "itest" / "summary.json").read_text())
+    assert [_round_view(r) for r in got["rounds"]] == [_round_view(r) for r in want["rounds"]]
+    assert got["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
+    assert got["rounds"][0]["train_loss"] is not None
