@@ -7,6 +7,7 @@ Kill points are either polled files (as a user's crash would land) or the
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,34 @@ def test_kill_after_state_before_round_summary_reports_the_round(tmp_path: Path)
     assert [_round_view(r) for r in got["rounds"]] == [_round_view(r) for r in want["rounds"]]
     assert got["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
     assert got["rounds"][0]["train_loss"] is not None
+
+
+def test_sigterm_stops_at_a_safe_point_marks_the_run_killed_and_resumes(tmp_path: Path) -> None:
+    job = mlflow_job(tmp_path)
+    workdir = tmp_path / "w"
+    state_1 = workdir / "provider" / "jobs" / "itest" / "state" / "round-000001.json"
+    proc = start(["run", str(job), "--no-progress"])
+    kill_when(proc, state_1.exists, sig=signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "SIGTERM" in err and f"fedtune run {job} --resume" in err and "Traceback" not in err
+    assert [status for _, status in runs_in_mlflow(workdir)] == ["KILLED"]
+    resumed = run(["run", str(job), "--no-progress", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [status for _, status in runs_in_mlflow(workdir)] == ["FINISHED"]
+    assert len(registered_versions(workdir)) == 1
+
+
+def test_sigint_stops_with_130_and_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(tiny_job_dict(tmp_path / "w")), encoding="utf-8")
+    state_1 = tmp_path / "w" / "provider" / "jobs" / "itest" / "state" / "round-000001.json"
+    proc = start(["run", str(path), "--no-progress"])
+    kill_when(proc, state_1.exists, sig=signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "SIGINT" in err and "--resume" in err and "Traceback" not in err
+    resumed = run(["run", str(path), "--no-progress", "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((tmp_path / "w" / "runs" / "itest" / "summary.json").read_text())
+    assert summary["completed"] and [len(r["accepted"]) for r in summary["rounds"]] == [3, 3]

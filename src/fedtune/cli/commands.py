@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedtune.config import load_job
+from fedtune.core.errors import StopRequested
 from fedtune.tracking.factory import make_tracker
 
 out = Console(highlight=False)
@@ -43,6 +44,7 @@ def register_validate(sub: Any) -> None:
 # -- run ------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
+    from fedtune.engines.stopping import graceful_stop
 
     job = load_job(args.job)
     engine = args.engine or job.engine.name
@@ -58,7 +60,12 @@ def _run(args: argparse.Namespace) -> int:
 
         summary = run_kfp_local(job, options)
     else:
-        summary = run_job(job, make_tracker(job), options)
+        try:
+            with graceful_stop():  # the local engine stops at its next safe point
+                summary = run_job(job, make_tracker(job), options)
+        except StopRequested as exc:
+            exc.fix = f"Run `fedtune run {args.job} --resume` to continue; finished steps are kept."
+            raise
     path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

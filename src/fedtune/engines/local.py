@@ -19,8 +19,8 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines import layout, steps
+from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
+from fedtune.engines import layout, steps, stopping
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
 from fedtune.tracking.base import Tracker
@@ -149,13 +149,15 @@ def _run_rounds(
         with _progress(options.progress) as bar:
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
+                stopping.check(f"before round {round_index} of {job.rounds}")
                 _run_round(env, runner, round_index, tracker, bar)
                 bar.advance(rounds_task)
             if last == job.rounds:
+                stopping.check("before the final evaluation and export")
                 summary_extra = _finish(env, runner, tracker)
         tracker.end("FINISHED")
-    except BaseException:
-        tracker.end("FAILED")
+    except BaseException as exc:
+        tracker.end("KILLED" if isinstance(exc, StopRequested | KeyboardInterrupt) else "FAILED")
         raise
     records = [
         RoundRecord.from_json(store.get_json(layout.summary_key(r)))
@@ -205,6 +207,7 @@ def _run_round(
     def done(outcome: Outcome) -> None:
         bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
+        stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     # A tenant's failure costs its update, not the round: the quorum decides.
     outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
