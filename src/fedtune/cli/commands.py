@@ -23,8 +23,13 @@ Registrar = Callable[[Any], None]
 # -- validate -------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    if args.deep:
+        from fedtune.engines.preflight import run_checks
+        from fedtune.engines.steps import TenantEnvs
+
+        run_checks(job, tenants=TenantEnvs(job))
     out.print(
-        f"[green]ok[/] {args.job}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
+        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
     )
     return 0
@@ -38,6 +43,13 @@ def register_validate(sub: Any) -> None:
         "the exit code is 2 when any problem is found.",
     )
     p.add_argument("job", help="path of the job YAML file")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also open what a run opens: the workdir, every tenant's data, the tokenizer, the "
+        "model and its LoRA targets, the stores and the tracking server (short timeouts); "
+        "`run` does the same before it stores anything",
+    )
     p.set_defaults(handler=_validate)
 
 

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.engines import layout, steps, stopping
+from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
 from fedtune.tracking.base import Tracker
@@ -55,14 +56,20 @@ def discard_stored_run(env: steps.ProviderEnv) -> None:
             store.delete(key)
 
 
-def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> dict[str, Any]:
+def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str, Any], bool]:
+    """The run's record, and whether a stored run must be discarded (``--fresh``) first.
+
+    Writes nothing: the caller stores the record once the preflight checks pass.
+    """
     store = env.store()
     fingerprint = config_fingerprint(env.job)
-    if store.exists(layout.RUN_KEY):
+    # A run that stored no initial state never started (it failed or was killed first):
+    # nothing of it is worth keeping, so it does not block a plain run.
+    if store.exists(layout.RUN_KEY) and store.exists(f"{layout.state_key(0)}.json"):
         info = store.get_json(layout.RUN_KEY)
         if options.fresh:
-            discard_stored_run(env)
-        elif not options.resume:
+            return {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}, True
+        if not options.resume:
             raise ConfigError(
                 f"job {env.job.name!r} already has stored state at {store.uri}",
                 fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
@@ -73,11 +80,8 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> dict[str, Any]:
                 "may change when resuming)",
                 fix="Restore the original settings, or pass --fresh to start over.",
             )
-        else:
-            return dict(info)
-    info = {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}
-    store.put_json(layout.RUN_KEY, info)
-    return info
+        return dict(info), False
+    return {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}, False
 
 
 def preflight(tenants: steps.TenantEnvs) -> None:
@@ -87,7 +91,7 @@ def preflight(tenants: steps.TenantEnvs) -> None:
     cluster each tenant's pod reads only its own data.
     """
     problems: list[str] = []
-    kinds: set[type[FedtuneError]] = set()
+    kinds: list[type[FedtuneError]] = []
     for tenant in tenants.job.tenants:
         try:
             tenants[tenant.name].data()
@@ -95,26 +99,31 @@ def preflight(tenants: steps.TenantEnvs) -> None:
             # Each tenant's own details stay in its store; the run reports only the redacted kind.
             where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
             problems.append(f"tenant {tenant.name}: {exc.redacted().render()}; details: {where}")
-            kinds.add(type(exc))
+            kinds.append(type(exc))
     if problems:
-        cls = kinds.pop() if len(kinds) == 1 else FedtuneError
-        raise cls(
+        # The first problem's kind sets the exit code; each kind's own fix is fixed text, so
+        # it may be shown here (the instance's fix may quote the tenant's values: details file).
+        fixes = " ".join(dict.fromkeys(k.fix for k in kinds))
+        raise kinds[0](
             f"{len(problems)} tenant dataset(s) cannot be used:\n  " + "\n  ".join(problems),
-            fix="Each tenant reads its own error and fix in the details file named above; after "
-            "it corrects its data_uri or data file, run again (--resume keeps finished rounds).",
+            fix=f"{fixes} Each tenant reads its exact error and fix in the details file named "
+            "above; after it corrects its data, run again.",
         )
 
 
 def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()) -> dict[str, Any]:
     """Run (or resume) a job to its last round and export; return the run summary."""
     env = steps.ProviderEnv.create(job)
-    tenants = steps.TenantEnvs(job)
-    info = _prepare_run(env, options)
+    info, discard = _prepare_run(env, options)
     finished_key = layout.run_summary_key(job.rounds)
-    if env.store().exists(finished_key):
+    if not discard and env.store().exists(finished_key):
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
         return dict(env.store().get_json(finished_key))
-    preflight(tenants)
+    tenants = steps.TenantEnvs(job)
+    run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
+    if discard:
+        discard_stored_run(env)
+    env.store().put_json(layout.RUN_KEY, info)
     # Workers start now, so their imports and warm-up overlap the provider's initialisation.
     with tenant_runner(job, tenants, options.workers) as runner:
         summary = _run_rounds(env, runner, tracker, options, info)

@@ -39,7 +39,7 @@ def ensure_database(tracking_uri: str) -> None:
     if path is None:
         return
     if path.exists():
-        _check_complete(path)
+        check_complete(path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
@@ -77,7 +77,8 @@ def _remove_if_abandoned(stale: Path, rest: str) -> None:
         pass
 
 
-def _check_complete(path: Path) -> None:
+def check_complete(path: Path) -> None:
+    """Refuse a database that lacks MLflow's schema version (left half-made)."""
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             row = db.execute("SELECT version_num FROM alembic_version").fetchone()
