@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from fedtune.cli.arguments import positive_int
 from fedtune.config import load_job
 from fedtune.core.errors import StopRequested
 from fedtune.tracking.factory import make_tracker
@@ -27,7 +29,8 @@ def _validate(args: argparse.Namespace) -> int:
         from fedtune.engines.preflight import run_checks
         from fedtune.engines.steps import TenantEnvs
 
-        run_checks(job, tenants=TenantEnvs(job))
+        for warning in run_checks(job, tenants=TenantEnvs(job)):
+            out.print(f"[yellow]warning:[/] {escape(warning)}")
     out.print(
         f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
@@ -56,9 +59,13 @@ def register_validate(sub: Any) -> None:
 # -- run ------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
+    from fedtune.engines.preflight import check_summary_path, check_workdir
     from fedtune.engines.stopping import graceful_stop
 
     job = load_job(args.job)
+    check_workdir(job)
+    path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
+    check_summary_path(path)
     engine = args.engine or job.engine.name
     options = RunOptions(
         resume=args.resume,
@@ -78,7 +85,6 @@ def _run(args: argparse.Namespace) -> int:
         except StopRequested as exc:
             exc.fix = f"Run `fedtune run {args.job} --resume` to continue; finished steps are kept."
             raise
-    path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
@@ -111,6 +117,8 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
         if "model_uri" in artifact:
             line += f"  (registered version {artifact['registered_version']})"
         out.print(line)
+    for warning in summary.get("warnings", []):
+        out.print(f"[yellow]warning:[/] {escape(warning)}")
     if summary.get("mlflow_run_id"):
         out.print(f"MLflow run: {summary['mlflow_run_id']}")
     out.print(f"summary: {path}")
@@ -134,7 +142,9 @@ def register_run(sub: Any) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue a stored run")
     group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
-    p.add_argument("--until-round", type=int, metavar="N", help="stop after round N (resume later)")
+    p.add_argument(
+        "--until-round", type=positive_int, metavar="N", help="stop after round N (resume later)"
+    )
     p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(

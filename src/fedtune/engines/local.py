@@ -84,17 +84,21 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str,
     return {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}, False
 
 
-def preflight(tenants: steps.TenantEnvs) -> None:
+def preflight(tenants: steps.TenantEnvs) -> list[str]:
     """Read every tenant's data once, so bad data fails before any training, all at once.
+
+    Returns warnings about data that trains but poorly (fewer records than a batch, nothing
+    held out for evaluation); the run summary lists them.
 
     A simulation convenience of the engines that run every tenant in this process; on a
     cluster each tenant's pod reads only its own data.
     """
     problems: list[str] = []
+    warnings: list[str] = []
     kinds: list[type[FedtuneError]] = []
     for tenant in tenants.job.tenants:
         try:
-            tenants[tenant.name].data()
+            warnings += data_warnings(tenants.job, tenants[tenant.name].data())
         except FedtuneError as exc:
             # Each tenant's own details stay in its store; the run reports only the redacted kind.
             where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
@@ -109,6 +113,28 @@ def preflight(tenants: steps.TenantEnvs) -> None:
             fix=f"{fixes} Each tenant reads its exact error and fix in the details file named "
             "above; after it corrects its data, run again.",
         )
+    for warning in warnings:
+        log.debug("%s", warning)
+    return warnings
+
+
+def data_warnings(job: JobConfig, data: steps.TenantData) -> list[str]:
+    """What makes a tenant's data train poorly without failing: too few records, no eval split."""
+    out = []
+    batch = job.training.batch_size
+    if len(data.train) < batch:
+        out.append(
+            f"tenant {data.tenant}: {len(data.train)} training record(s), fewer than "
+            f"training.batch_size={batch}; every step sees the same records (add data or "
+            "lower batch_size)"
+        )
+    if not data.eval:
+        out.append(
+            f"tenant {data.tenant}: no held-out records (training.eval_fraction="
+            f"{job.training.eval_fraction}); its eval loss is not measured (add data or raise "
+            "eval_fraction)"
+        )
+    return out
 
 
 def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()) -> dict[str, Any]:
@@ -120,13 +146,14 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
         return dict(env.store().get_json(finished_key))
     tenants = steps.TenantEnvs(job)
-    run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
+    warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
     if discard:
         discard_stored_run(env)
     env.store().put_json(layout.RUN_KEY, info)
     # Workers start now, so their imports and warm-up overlap the provider's initialisation.
     with tenant_runner(job, tenants, options.workers) as runner:
         summary = _run_rounds(env, runner, tracker, options, info)
+    summary["warnings"] = warnings
     if summary["completed"]:
         env.store().put_json(finished_key, summary)
     return summary

@@ -39,6 +39,21 @@ def check_workdir(job: JobConfig) -> None:
         )
 
 
+def check_summary_path(path: Path) -> None:
+    """The run summary can be written at ``path``: not a folder, not below a file."""
+    if path.is_dir():
+        raise ConfigError(
+            f"--summary-json {str(path)!r} is a folder",
+            fix=f"Name a file, e.g. {str(path / 'summary.json')!r}.",
+        )
+    blocking = next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(
+            f"--summary-json {str(path)!r} cannot be written: {str(blocking)!r} is a file",
+            fix="Name a file in a folder (or a path whose folders do not exist yet).",
+        )
+
+
 def check_model(job: JobConfig) -> None:
     """The tokenizer loads and the model's skeleton has the LoRA target modules.
 
@@ -127,13 +142,18 @@ def check_tracking(job: JobConfig, timeout: float = TRACKING_TIMEOUT_S) -> None:
         ) from exc
 
 
-def run_checks(job: JobConfig, *, tenants: Any = None) -> None:
-    """Every check, in the order a run meets them; ``tenants`` also reads every dataset."""
+def run_checks(job: JobConfig, *, tenants: Any = None) -> list[str]:
+    """Every check, in the order a run meets them; ``tenants`` also reads every dataset.
+
+    Returns warnings about data that will train poorly (see ``local.data_warnings``).
+    """
     check_workdir(job)
     check_stores(job)
+    warnings: list[str] = []
     if tenants is not None:
         from fedtune.engines.local import preflight
 
-        preflight(tenants)
+        warnings = preflight(tenants)
     check_model(job)
     check_tracking(job)
+    return warnings
