@@ -15,6 +15,7 @@ from rich.table import Table
 from fedtune.cli.arguments import positive_int
 from fedtune.config import load_job
 from fedtune.core.errors import StopRequested
+from fedtune.tracking.base import NullTracker
 from fedtune.tracking.factory import make_tracker
 
 out = Console(highlight=False)
@@ -114,12 +115,12 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
     out.print(table)
     for name, artifact in summary.get("artifacts", {}).items():
         line = f"{name}: {artifact['uri']}"
-        if "model_uri" in artifact:
+        if artifact.get("registered_version"):  # 0: tracking is off, nothing was registered
             line += f"  (registered version {artifact['registered_version']})"
         out.print(line)
     for warning in summary.get("warnings", []):
         out.print(f"[yellow]warning:[/] {escape(warning)}")
-    if summary.get("mlflow_run_id"):
+    if summary.get("mlflow_run_id") not in (None, NullTracker.run_id):
         out.print(f"MLflow run: {summary['mlflow_run_id']}")
     out.print(f"summary: {path}")
 
@@ -172,10 +173,9 @@ def _workers(text: str) -> int | str:
 
 # -- algorithms -----------------------------------------------------------------------------
 def _algorithms(args: argparse.Namespace) -> int:
-    from fedtune.core.registry import algorithm_names, get_algorithm
+    from fedtune.core.catalog import algorithm_catalog  # reads the sources: no torch import
 
-    for name in algorithm_names():
-        doc = (get_algorithm(name).__doc__ or "").strip().splitlines()[0]
+    for name, doc in algorithm_catalog().items():
         out.print(f"[bold]{name:12}[/] {doc}")
     return 0
 
