@@ -139,6 +139,7 @@ def log_hf_model(
     registered_name: str,
     alias: str | None,
     tags: dict[str, str],
+    version_tags: dict[str, str] | None = None,
 ) -> ModelRef:
     """Log ``model_dir`` as a LoggedModel of ``run_id``, register it, tag and alias it.
 
@@ -151,6 +152,7 @@ def log_hf_model(
         registered_name: Registered model to add a version to (created if missing).
         alias: Alias to point at the new version, or None.
         tags: Tags (already free of secrets) for the registered model and the version.
+        version_tags: Tags for the new version only (what identifies this export).
 
     Returns:
         The registered version.
@@ -182,7 +184,7 @@ def log_hf_model(
         client.log_model_artifacts(logged.model_id, str(local))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-    version = _register(client, registered_name, logged, run_id, tags, alias)
+    version = _register(client, registered_name, logged, run_id, tags, alias, version_tags or {})
     logger.info("registered %s version %d (alias %s)", registered_name, version, alias)
     return ModelRef(
         model_uri=f"models:/{registered_name}/{version}",
@@ -228,6 +230,7 @@ def _register(
     run_id: str,
     tags: dict[str, str],
     alias: str | None,
+    version_tags: dict[str, str],
 ) -> int:
     from mlflow.exceptions import MlflowException
 
@@ -245,7 +248,7 @@ def _register(
         name,
         source=str(logged.artifact_location),
         run_id=run_id,
-        tags=tags,
+        tags={**tags, **version_tags},
         model_id=str(logged.model_id),
     )
     if alias is not None:

@@ -310,7 +310,8 @@ class MlflowTracker:
                     name=name,
                     registered_name=registered_name,
                     alias=alias,
-                    tags={**safe_tags, RUN_TAG: run_id, CONTENT_TAG: content},
+                    tags=safe_tags,
+                    version_tags={RUN_TAG: run_id, CONTENT_TAG: content},
                 )
         killpoints.reached("model-registered")
         return ref
