@@ -66,7 +66,9 @@ def check_model(job: JobConfig) -> None:
     from fedtune.models.tokenizer import load_tokenizer
 
     config = job.model
-    with torch.device("meta"):
+    # fork_rng: building a tiny model seeds torch's global generator, which the run must
+    # find exactly as it would without a preflight (results stay bitwise equal).
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
         if isinstance(config, TinyModelConfig):
             from fedtune.training.context import build_model
 
