@@ -38,6 +38,12 @@ def config_fingerprint(job: JobConfig) -> str:
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
 
 
+def config_sections(job: JobConfig) -> dict[str, str]:
+    """sha256 of each top-level field of the fingerprint, to name what changed."""
+    dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    return {k: hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16] for k, v in dump.items()}
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How to run: resume or start fresh, stop early, show progress."""
@@ -63,25 +69,29 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str,
     """
     store = env.store()
     fingerprint = config_fingerprint(env.job)
+    new = {"fingerprint": fingerprint, "sections": config_sections(env.job), "run_id": None, "job": env.job.name}
     # A run that stored no initial state never started (it failed or was killed first):
     # nothing of it is worth keeping, so it does not block a plain run.
     if store.exists(layout.RUN_KEY) and store.exists(f"{layout.state_key(0)}.json"):
         info = store.get_json(layout.RUN_KEY)
         if options.fresh:
-            return {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}, True
+            return new, True
         if not options.resume:
             raise ConfigError(
                 f"job {env.job.name!r} already has stored state at {store.uri}",
                 fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
             )
         elif info.get("fingerprint") != fingerprint:
+            before, now = info.get("sections") or {}, new["sections"]
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+            which = f": {', '.join(changed)} changed" if before and changed else ""
             raise ConfigError(
-                f"job {env.job.name!r} changed since its stored run (only {_RESUMABLE_CHANGES} "
-                "may change when resuming)",
+                f"job {env.job.name!r} changed since its stored run{which} (only "
+                f"{', '.join(_RESUMABLE_CHANGES)} may change when resuming)",
                 fix="Restore the original settings, or pass --fresh to start over.",
             )
         return dict(info), False
-    return {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}, False
+    return new, False
 
 
 def preflight(tenants: steps.TenantEnvs) -> list[str]:
