@@ -12,7 +12,9 @@ def positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use 1 or more") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a round; use 1 or more (rounds count from 1)")
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a round; use 1 or more (rounds count from 1)"
+        )
     return value
 
 

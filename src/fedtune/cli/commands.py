@@ -33,7 +33,8 @@ def _validate(args: argparse.Namespace) -> int:
         for warning in run_checks(job, tenants=TenantEnvs(job)):
             out.print(f"[yellow]warning:[/] {escape(warning)}")
     out.print(
-        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
+        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], "
+        f"algorithm {job.algorithm.name}, "
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
     )
     return 0

@@ -35,5 +35,7 @@ def _registered_names(node: ast.ClassDef) -> list[str]:
         func = decorator.func
         called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
         if called == "register":
-            names += [a.value for a in decorator.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            names += [
+                a.value for a in decorator.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            ]
     return names

@@ -41,7 +41,10 @@ def config_fingerprint(job: JobConfig) -> str:
 def config_sections(job: JobConfig) -> dict[str, str]:
     """sha256 of each top-level field of the fingerprint, to name what changed."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
-    return {k: hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()[:16] for k, v in dump.items()}
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        for key, value in dump.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,12 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str,
     """
     store = env.store()
     fingerprint = config_fingerprint(env.job)
-    new = {"fingerprint": fingerprint, "sections": config_sections(env.job), "run_id": None, "job": env.job.name}
+    new = {
+        "fingerprint": fingerprint,
+        "sections": config_sections(env.job),
+        "run_id": None,
+        "job": env.job.name,
+    }
     # A run that stored no initial state never started (it failed or was killed first):
     # nothing of it is worth keeping, so it does not block a plain run.
     if store.exists(layout.RUN_KEY) and store.exists(f"{layout.state_key(0)}.json"):

@@ -75,7 +75,8 @@ def check_model(job: JobConfig) -> None:
             model, _ = build_model(config, job.tokenizer)
         elif isinstance(config, PretrainedModelConfig) and not config.uri.startswith("s3://"):
             model = _skeleton(config.uri)
-            load_tokenizer(job.tokenizer if job.tokenizer != "auto" else config.uri.removeprefix("file://"))
+            spec = job.tokenizer if job.tokenizer != "auto" else config.uri.removeprefix("file://")
+            load_tokenizer(spec)
         else:
             return
     arch = "gpt2" if getattr(model.config, "model_type", "") == "gpt2" else "llama"

@@ -328,7 +328,9 @@ def aggregate_step(
     }
 
 
-def _outcome(valid: dict[str, Update], rejected: dict[str, str], meta: dict[str, Any]) -> dict[str, Any]:
+def _outcome(
+    valid: dict[str, Update], rejected: dict[str, str], meta: dict[str, Any]
+) -> dict[str, Any]:
     """What a round's aggregation reports: who was accepted, the weighted losses, metrics."""
     return {
         "accepted": sorted(valid),

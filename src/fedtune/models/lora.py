@@ -229,7 +229,8 @@ def save_adapter(peft_model: PeftModel, out_dir: str | Path) -> Path:
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+        config_path.write_text(text, encoding="utf-8")
     return out
 
 

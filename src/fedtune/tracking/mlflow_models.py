@@ -219,7 +219,7 @@ def find_registered(
     version = min(int(v.version) for v in found)
     if alias is not None and alias not in (client.get_registered_model(name).aliases or {}):
         client.set_registered_model_alias(name, alias, str(version))
-    logger.info("%s version %d already holds this run's model; not registering again", name, version)
+    logger.info("%s version %d already holds this run's model: not registered again", name, version)
     return ModelRef(f"models:/{name}/{version}", name, version, alias)
 
 
