@@ -20,19 +20,20 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from fedtune.benchmarks.engine import engine_report
 from fedtune.config import load_job
 from fedtune.core.errors import ConfigError
-from fedtune.engines.local import RunOptions, run_job
-from fedtune.tracking.base import NullTracker
 
-__all__ = ["BENCH_KINDS", "engine_report", "register_bench"]
+__all__ = ["BENCH_KINDS", "register_bench"]
 
 out = Console(highlight=False)
 
 
 # -- engine -----------------------------------------------------------------------------------
 def _bench_engine(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.engine import engine_report
+    from fedtune.engines.local import RunOptions, run_job
+    from fedtune.tracking.base import NullTracker
+
     job = load_job(args.job)
     with tempfile.TemporaryDirectory() as workdir:
         update: dict[str, Any] = {"workdir": workdir, "exchange_uri": None}

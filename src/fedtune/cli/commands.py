@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from fedtune.cli.arguments import positive_int
 from fedtune.config import load_job
+from fedtune.core.errors import StopRequested
+from fedtune.tracking.base import NullTracker
 from fedtune.tracking.factory import make_tracker
 
 out = Console(highlight=False)
@@ -22,8 +26,15 @@ Registrar = Callable[[Any], None]
 # -- validate -------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    if args.deep:
+        from fedtune.engines.preflight import run_checks
+        from fedtune.engines.steps import TenantEnvs
+
+        for warning in run_checks(job, tenants=TenantEnvs(job)):
+            out.print(f"[yellow]warning:[/] {escape(warning)}")
     out.print(
-        f"[green]ok[/] {args.job}: job [bold]{job.name}[/], algorithm {job.algorithm.name}, "
+        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], "
+        f"algorithm {job.algorithm.name}, "
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
     )
     return 0
@@ -37,14 +48,26 @@ def register_validate(sub: Any) -> None:
         "the exit code is 2 when any problem is found.",
     )
     p.add_argument("job", help="path of the job YAML file")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also open what a run opens: the workdir, every tenant's data, the tokenizer, the "
+        "model and its LoRA targets, the stores and the tracking server (short timeouts); "
+        "`run` does the same before it stores anything",
+    )
     p.set_defaults(handler=_validate)
 
 
 # -- run ------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
+    from fedtune.engines.preflight import check_summary_path, check_workdir
+    from fedtune.engines.stopping import graceful_stop
 
     job = load_job(args.job)
+    check_workdir(job)
+    path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
+    check_summary_path(path)
     engine = args.engine or job.engine.name
     options = RunOptions(
         resume=args.resume,
@@ -58,8 +81,12 @@ def _run(args: argparse.Namespace) -> int:
 
         summary = run_kfp_local(job, options)
     else:
-        summary = run_job(job, make_tracker(job), options)
-    path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
+        try:
+            with graceful_stop():  # the local engine stops at its next safe point
+                summary = run_job(job, make_tracker(job), options)
+        except StopRequested as exc:
+            exc.fix = f"Run `fedtune run {args.job} --resume` to continue; finished steps are kept."
+            raise
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
@@ -89,7 +116,7 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
     out.print(table)
     for name, artifact in summary.get("artifacts", {}).items():
         line = f"{name}: {artifact['uri']}"
-        if "model_uri" in artifact:
+        if artifact.get("registered_version"):  # 0: tracking is off, nothing was registered
             line += f"  (registered version {artifact['registered_version']})"
         out.print(line)
     if summary.get("audit"):
@@ -101,7 +128,9 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
             f"{int(pooled['num_at_or_above'])} at or above {summary['audit']['threshold']:.2f} "
             f"(tagged: {where})"
         )
-    if summary.get("mlflow_run_id"):
+    for warning in summary.get("warnings", []):
+        out.print(f"[yellow]warning:[/] {escape(warning)}")
+    if summary.get("mlflow_run_id") not in (None, NullTracker.run_id):
         out.print(f"MLflow run: {summary['mlflow_run_id']}")
     out.print(f"summary: {path}")
 
@@ -124,7 +153,9 @@ def register_run(sub: Any) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue a stored run")
     group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
-    p.add_argument("--until-round", type=int, metavar="N", help="stop after round N (resume later)")
+    p.add_argument(
+        "--until-round", type=positive_int, metavar="N", help="stop after round N (resume later)"
+    )
     p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -152,10 +183,9 @@ def _workers(text: str) -> int | str:
 
 # -- algorithms -----------------------------------------------------------------------------
 def _algorithms(args: argparse.Namespace) -> int:
-    from fedtune.core.registry import algorithm_names, get_algorithm
+    from fedtune.core.catalog import algorithm_catalog  # reads the sources: no torch import
 
-    for name in algorithm_names():
-        doc = (get_algorithm(name).__doc__ or "").strip().splitlines()[0]
+    for name, doc in algorithm_catalog().items():
         out.print(f"[bold]{name:12}[/] {doc}")
     return 0
 

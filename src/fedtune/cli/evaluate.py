@@ -9,13 +9,15 @@ from typing import Any
 
 from rich.console import Console
 
+from fedtune.cli import arguments
+
 out = Console(highlight=False)
 
 
 def _humaneval(args: argparse.Namespace) -> int:
     from fedtune.eval.humaneval import score_file
 
-    k_values = tuple(sorted({int(k) for k in args.k.split(",")}))
+    k_values = args.k
     report = score_file(
         args.completions, k_values, workers=args.workers, timeout_s=args.timeout,
         memory_mb=args.memory_mb, isolation=args.isolation,
@@ -46,7 +48,8 @@ def register_eval(sub: Any) -> None:
     )
     he.add_argument("--completions", required=True, metavar="FILE.jsonl",
                     help="one {task_id, completion} object per line (.jsonl or .jsonl.gz)")
-    he.add_argument("--k", default="1", help="comma-separated k values (default 1)")
+    he.add_argument("--k", type=arguments.k_values, default=(1,), metavar="K[,K...]",
+                    help="comma-separated k values (default 1)")
     he.add_argument("--workers", type=int, default=2, help="parallel sandboxes (default 2)")
     he.add_argument("--timeout", type=float, default=5.0, help="seconds per completion")
     he.add_argument("--memory-mb", type=int, default=1024, help="memory limit per completion")

@@ -11,7 +11,7 @@ import logging
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rich.console import Console
@@ -20,7 +20,9 @@ from fedtune.config import load_job
 from fedtune.config.base import check_dns1123_label
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines.local import RunOptions
+
+if TYPE_CHECKING:
+    from fedtune.engines.local import RunOptions
 
 log = logging.getLogger(__name__)
 out = Console(highlight=False)

@@ -17,6 +17,7 @@ from rich.text import Text
 from fedtune import __version__
 from fedtune.cli import commands
 from fedtune.core.errors import FedtuneError
+from fedtune.core.library_logs import quiet_libraries
 
 err = Console(stderr=True, highlight=False)
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedtune`` console script."""
+    quiet_libraries()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

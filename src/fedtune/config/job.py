@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
-from fedtune.config.base import Dns1123Label, StrictModel
+from fedtune.config.base import Dns1123Label, StoreUri, StrictModel
 
 
 ModelConfig = Annotated[TinyModelConfig | PretrainedModelConfig, Field(discriminator="source")]
@@ -71,7 +71,7 @@ class TenantConfig(StrictModel):
     """One data-owning tenant."""
 
     name: Dns1123Label = Field(description="Tenant name (DNS-1123 label).")
-    data_uri: str = Field(
+    data_uri: StoreUri = Field(
         min_length=1, max_length=2048, description="JSONL training data: path, file:// or s3:// URI."
     )
     data_format: Literal["auto", "alpaca", "dolly", "gsm8k"] = Field(
@@ -80,7 +80,7 @@ class TenantConfig(StrictModel):
     namespace: Dns1123Label | None = Field(
         None, description="Kubernetes namespace of the tenant's steps (default: the name)."
     )
-    store_uri: str | None = Field(
+    store_uri: StoreUri | None = Field(
         None,
         max_length=2048,
         description="The tenant's private store for client state (default: under workdir).",
@@ -241,15 +241,15 @@ class JobConfig(StrictModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Local training.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA settings.")
     tenants: list[TenantConfig] = Field(min_length=1, max_length=10_000, description="Tenants.")
-    public_data_uri: str | None = Field(
+    public_data_uri: StoreUri | None = Field(
         None, description="Public dataset the provider may train on (algorithms that need one)."
     )
-    exchange_uri: str | None = Field(
+    exchange_uri: StoreUri | None = Field(
         None,
         description="Provider<->tenant exchange store, one prefix per tenant "
         "(default: workdir/exchange).",
     )
-    provider_store_uri: str | None = Field(
+    provider_store_uri: StoreUri | None = Field(
         None,
         max_length=2048,
         description="The provider-private store: server states, round summaries, exports, "

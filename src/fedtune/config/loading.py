@@ -35,6 +35,32 @@ _FIXES = {
 }
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that repeats a key (YAML keeps the last one)."""
+
+
+def _construct_unique_mapping(
+    loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False
+) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        if isinstance(key, str | int | float | bool) and key in seen:
+            raise ConfigError(
+                f"duplicate key {key!r} at line {line} (first at line {seen[key]}); YAML would "
+                "silently keep only the last value",
+                fix="Keep one of the two entries and delete the other.",
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
 def _resolve(value: Any, base_dir: Path) -> Any:
     if not isinstance(value, str) or "://" in value or value in ("builtin", "auto"):
         return value
@@ -114,7 +140,9 @@ def load_job(path: str | Path) -> JobConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read job file {str(path)!r}: {exc}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}", fix=exc.fix) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

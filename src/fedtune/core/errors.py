@@ -118,6 +118,24 @@ class TenantStepFailed(FedtuneError):
         return self.failure
 
 
+class StopRequested(FedtuneError):
+    """SIGTERM or SIGINT stopped the run at a safe point; what finished is stored."""
+
+    exit_code = 143  # 128 + SIGTERM; a SIGINT stop exits 130 (128 + SIGINT)
+    fix = "Run the same command with --resume to continue; finished steps are kept."
+    redacted_message = "the step was stopped by a signal"
+
+    @classmethod
+    def for_signal(cls, signum: int, where: str) -> StopRequested:
+        """The error for signal number ``signum``, stopped ``where``."""
+        import signal
+
+        name = signal.Signals(signum).name
+        exc = cls(f"stopped by {name} {where}; finished steps are kept")
+        exc.exit_code = 128 + signum
+        return exc
+
+
 def error_classes() -> dict[str, type[FedtuneError]]:
     """Every FedtuneError class by name (the kinds a TenantFailure may carry)."""
     found: dict[str, type[FedtuneError]] = {}

@@ -54,6 +54,11 @@ def summary_key(round_index: int) -> str:
     return f"summary/{round_tag(round_index)}.json"
 
 
+def run_summary_key(rounds: int) -> str:
+    """The whole summary of a run finished after ``rounds`` rounds (resume returns it)."""
+    return f"summary/run-{round_tag(rounds)}.json"
+
+
 RUN_KEY = "run.json"
 FINAL_EVAL_KEY = "summary/final-eval.json"
 AUDIT_KEY = "summary/audit-memorization.json"

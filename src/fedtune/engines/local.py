@@ -19,9 +19,10 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines import layout, steps
+from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
+from fedtune.engines import layout, steps, stopping
 from fedtune.engines.audit import record_audit
+from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.tenant_tasks import TenantKind
 from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
@@ -38,6 +39,15 @@ def config_fingerprint(job: JobConfig) -> str:
     """sha256 of the job config, minus fields a resumed run may change."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
+
+
+def config_sections(job: JobConfig) -> dict[str, str]:
+    """sha256 of each top-level field of the fingerprint, to name what changed."""
+    dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        for key, value in dump.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -58,65 +68,116 @@ def discard_stored_run(env: steps.ProviderEnv) -> None:
             store.delete(key)
 
 
-def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> dict[str, Any]:
+def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str, Any], bool]:
+    """The run's record, and whether a stored run must be discarded (``--fresh``) first.
+
+    Writes nothing: the caller stores the record once the preflight checks pass.
+    """
     store = env.store()
     fingerprint = config_fingerprint(env.job)
-    if store.exists(layout.RUN_KEY):
+    new = {
+        "fingerprint": fingerprint,
+        "sections": config_sections(env.job),
+        "run_id": None,
+        "job": env.job.name,
+    }
+    # A run that stored no initial state never started (it failed or was killed first):
+    # nothing of it is worth keeping, so it does not block a plain run.
+    if store.exists(layout.RUN_KEY) and store.exists(f"{layout.state_key(0)}.json"):
         info = store.get_json(layout.RUN_KEY)
         if options.fresh:
-            discard_stored_run(env)
-        elif not options.resume:
+            return new, True
+        if not options.resume:
             raise ConfigError(
                 f"job {env.job.name!r} already has stored state at {store.uri}",
                 fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
             )
         elif info.get("fingerprint") != fingerprint:
+            before, now = info.get("sections") or {}, new["sections"]
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+            which = f": {', '.join(changed)} changed" if before and changed else ""
             raise ConfigError(
-                f"job {env.job.name!r} changed since its stored run (only {_RESUMABLE_CHANGES} "
-                "may change when resuming)",
+                f"job {env.job.name!r} changed since its stored run{which} (only "
+                f"{', '.join(_RESUMABLE_CHANGES)} may change when resuming)",
                 fix="Restore the original settings, or pass --fresh to start over.",
             )
-        else:
-            return dict(info)
-    info = {"fingerprint": fingerprint, "run_id": None, "job": env.job.name}
-    store.put_json(layout.RUN_KEY, info)
-    return info
+        return dict(info), False
+    return new, False
 
 
-def preflight(tenants: steps.TenantEnvs) -> None:
+def preflight(tenants: steps.TenantEnvs) -> list[str]:
     """Read every tenant's data once, so bad data fails before any training, all at once.
+
+    Returns warnings about data that trains but poorly (fewer records than a batch, nothing
+    held out for evaluation); the run summary lists them.
 
     A simulation convenience of the engines that run every tenant in this process; on a
     cluster each tenant's pod reads only its own data.
     """
     problems: list[str] = []
-    kinds: set[type[FedtuneError]] = set()
+    warnings: list[str] = []
+    kinds: list[type[FedtuneError]] = []
     for tenant in tenants.job.tenants:
         try:
-            tenants[tenant.name].data()
+            warnings += data_warnings(tenants.job, tenants[tenant.name].data())
         except FedtuneError as exc:
             # Each tenant's own details stay in its store; the run reports only the redacted kind.
             where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
             problems.append(f"tenant {tenant.name}: {exc.redacted().render()}; details: {where}")
-            kinds.add(type(exc))
+            kinds.append(type(exc))
     if problems:
-        cls = kinds.pop() if len(kinds) == 1 else FedtuneError
-        raise cls(
+        # The first problem's kind sets the exit code; each kind's own fix is fixed text, so
+        # it may be shown here (the instance's fix may quote the tenant's values: details file).
+        fixes = " ".join(dict.fromkeys(k.fix for k in kinds))
+        raise kinds[0](
             f"{len(problems)} tenant dataset(s) cannot be used:\n  " + "\n  ".join(problems),
-            fix="Each tenant reads its own error and fix in the details file named above; after "
-            "it corrects its data_uri or data file, run again (--resume keeps finished rounds).",
+            fix=f"{fixes} Each tenant reads its exact error and fix in the details file named "
+            "above; after it corrects its data, run again.",
         )
+    for warning in warnings:
+        log.debug("%s", warning)
+    return warnings
+
+
+def data_warnings(job: JobConfig, data: steps.TenantData) -> list[str]:
+    """What makes a tenant's data train poorly without failing: too few records, no eval split."""
+    out = []
+    batch = job.training.batch_size
+    if len(data.train) < batch:
+        out.append(
+            f"tenant {data.tenant}: {len(data.train)} training record(s), fewer than "
+            f"training.batch_size={batch}; every step sees the same records (add data or "
+            "lower batch_size)"
+        )
+    if not data.eval:
+        out.append(
+            f"tenant {data.tenant}: no held-out records (training.eval_fraction="
+            f"{job.training.eval_fraction}); its eval loss is not measured (add data or raise "
+            "eval_fraction)"
+        )
+    return out
 
 
 def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()) -> dict[str, Any]:
     """Run (or resume) a job to its last round and export; return the run summary."""
     env = steps.ProviderEnv.create(job)
+    info, discard = _prepare_run(env, options)
+    finished_key = layout.run_summary_key(job.rounds)
+    if not discard and env.store().exists(finished_key):
+        log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
+        return dict(env.store().get_json(finished_key))
     tenants = steps.TenantEnvs(job)
-    info = _prepare_run(env, options)
-    preflight(tenants)
+    warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
+    if discard:
+        discard_stored_run(env)
+    env.store().put_json(layout.RUN_KEY, info)
     # Workers start now, so their imports and warm-up overlap the provider's initialisation.
     with tenant_runner(job, tenants, options.workers) as runner:
-        return _run_rounds(env, runner, tracker, options, info)
+        summary = _run_rounds(env, runner, tracker, options, info)
+    summary["warnings"] = warnings
+    if summary["completed"]:
+        env.store().put_json(finished_key, summary)
+    return summary
 
 
 def _run_rounds(
@@ -147,13 +208,15 @@ def _run_rounds(
                 runner.tenants.show_progress(rich_progress(bar))
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
+                stopping.check(f"before round {round_index} of {job.rounds}")
                 _run_round(env, runner, round_index, tracker, bar)
                 bar.advance(rounds_task)
             if last == job.rounds:
+                stopping.check("before the final evaluation and export")
                 summary_extra = _finish(env, runner, tracker, bar)
         tracker.end("FINISHED")
-    except BaseException:
-        tracker.end("FAILED")
+    except BaseException as exc:
+        tracker.end("KILLED" if isinstance(exc, StopRequested | KeyboardInterrupt) else "FAILED")
         raise
     records = [
         RoundRecord.from_json(store.get_json(layout.summary_key(r)))
@@ -203,6 +266,7 @@ def _run_round(
     def done(outcome: Outcome) -> None:
         bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
+        stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     # A tenant's failure costs its update, not the round: the quorum decides.
     outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)

@@ -17,6 +17,7 @@ from typing import Any
 
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
+from fedtune.core import killpoints
 from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
@@ -310,7 +311,7 @@ def aggregate_step(
     store = env.store()
     key = layout.state_key(round_index)
     if ServerState.stored(store, key):
-        return {"skipped": True}
+        return {"skipped": True, **_stored_outcome(env, round_index, sampled)}
     started = time.perf_counter()
     # Validated against the provider's own record, not the tenants' copies.
     broadcast = Broadcast.load(store, layout.broadcast_key(round_index))
@@ -329,16 +330,38 @@ def aggregate_step(
     new_state = env.algorithm.aggregate(env.ctx, state, valid, round_index)
     compute = time.perf_counter() - compute_started
     new_state.save(store, key)
+    killpoints.reached(f"state-saved:{round_index}")
     return {
         "seconds": time.perf_counter() - started,
         "compute_seconds": compute,
+        **_outcome(valid, rejected, new_state.meta),
+    }
+
+
+def _outcome(
+    valid: dict[str, Update], rejected: dict[str, str], meta: dict[str, Any]
+) -> dict[str, Any]:
+    """What a round's aggregation reports: who was accepted, the weighted losses, metrics."""
+    return {
         "accepted": sorted(valid),
         "rejected": rejected,
         "train_loss": _weighted([(u.meta.get("train_loss"), u.meta["num_samples"]) for u in valid.values()]),
         "eval_loss": _weighted([(u.meta.get("eval_loss"), u.meta["num_samples"]) for u in valid.values()]),
         # Provider-side metrics an algorithm computed in this round (e.g. FedBiOT's alignment).
-        "metrics": dict(new_state.meta.get("metrics") or {}),
+        "metrics": dict(meta.get("metrics") or {}),
     }
+
+
+def _stored_outcome(env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
+    """Rebuild an aggregated round's report from its stored updates and state.
+
+    A crash after the state was written but before the round's summary leaves only these;
+    validation is deterministic, so the same updates are accepted again.
+    """
+    store = env.store()
+    broadcast = Broadcast.load(store, layout.broadcast_key(round_index))
+    valid, rejected = collect_updates(env, round_index, sampled, broadcast)
+    return _outcome(valid, rejected, store.get_json(f"{layout.state_key(round_index)}.json"))
 
 
 def _weighted(pairs: list[tuple[Any, int]]) -> float | None:

@@ -130,11 +130,13 @@ def build_summary(
     final_eval: dict[str, Any] | None = None,
     run_info: dict[str, Any] | None = None,
     audit: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
 ) -> dict[str, Any]:
     """The whole summary document.
 
     ``run_info`` holds facts an algorithm established when it initialised (e.g. FedBiOT's
-    ``emulator_layers`` and ``adapter_layers``); they appear at the top level.
+    ``emulator_layers`` and ``adapter_layers``); they appear at the top level. ``warnings``
+    name what the preflight found weak (a tenant with fewer records than a batch).
     """
     return _clean(
         {
@@ -147,5 +149,6 @@ def build_summary(
             "final_eval": final_eval or {},
             "artifacts": artifacts or {},
             **({"audit": audit} if audit else {}),
+            "warnings": warnings or [],
         }
     )

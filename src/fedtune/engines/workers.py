@@ -86,6 +86,9 @@ def threads_per_worker(workers: int) -> int:
 def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
     """A worker's loop: build the tenants' envs once, then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine handles Ctrl-C and stops us
+    from fedtune.core.library_logs import quiet_libraries
+
+    quiet_libraries()
     import torch
 
     torch.set_num_threads(threads)

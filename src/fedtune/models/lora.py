@@ -10,6 +10,7 @@ unexpected names; :func:`set_adapter_state` checks before it calls it.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from pathlib import Path
 
@@ -222,6 +223,14 @@ def save_adapter(peft_model: PeftModel, out_dir: str | Path) -> Path:
     _require_peft(peft_model, "save_adapter").save_pretrained(
         str(out), safe_serialization=True, save_embedding_layers=False
     )
+    # PEFT writes target_modules from a set, in hash-seed order: sort them so the same
+    # adapter always has the same bytes (registration is keyed by the export's hash).
+    config_path = out / ADAPTER_CONFIG
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+        config_path.write_text(text, encoding="utf-8")
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import torch
 
+from fedtune.core import killpoints
 from fedtune.core.errors import IntegrityError, StoreError
 from fedtune.storage import codec
 from fedtune.storage.keys import (
@@ -95,6 +96,7 @@ class BlobStore(ABC):
         self._write(name, data)
         self._write(name + SIDECAR_SUFFIX, sha256_hex(data).encode("ascii"))
         logger.debug("wrote %s/%s (%d bytes)", self.uri, key, len(data))
+        killpoints.stored(name)
         return len(data)
 
     def get_bytes(self, key: str, *, verify: bool = True) -> bytes:

@@ -14,7 +14,6 @@ def make_tracker(job: JobConfig) -> Tracker:
         return NullTracker()
     from fedtune.tracking.mlflow_tracker import MlflowTracker, local_tracking_uri
 
-    Path(job.workdir).mkdir(parents=True, exist_ok=True)
     return MlflowTracker(
         job.tracking.tracking_uri,
         job.tracking.experiment,

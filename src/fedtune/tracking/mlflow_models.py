@@ -139,6 +139,7 @@ def log_hf_model(
     registered_name: str,
     alias: str | None,
     tags: dict[str, str],
+    version_tags: dict[str, str] | None = None,
 ) -> ModelRef:
     """Log ``model_dir`` as a LoggedModel of ``run_id``, register it, tag and alias it.
 
@@ -151,6 +152,7 @@ def log_hf_model(
         registered_name: Registered model to add a version to (created if missing).
         alias: Alias to point at the new version, or None.
         tags: Tags (already free of secrets) for the registered model and the version.
+        version_tags: Tags for the new version only (what identifies this export).
 
     Returns:
         The registered version.
@@ -182,7 +184,7 @@ def log_hf_model(
         client.log_model_artifacts(logged.model_id, str(local))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-    version = _register(client, registered_name, logged, run_id, tags, alias)
+    version = _register(client, registered_name, logged, run_id, tags, alias, version_tags or {})
     logger.info("registered %s version %d (alias %s)", registered_name, version, alias)
     return ModelRef(
         model_uri=f"models:/{registered_name}/{version}",
@@ -192,6 +194,35 @@ def log_hf_model(
     )
 
 
+def find_registered(
+    client: MlflowClient, name: str, run_id: str, content_sha256: str, alias: str | None
+) -> ModelRef | None:
+    """The version of ``name`` that ``run_id`` already registered with these exact contents.
+
+    A resumed run (after a kill following registration, or once finished) gets that version
+    back instead of a new one; its alias is set only if the model has none of that name yet
+    (a kill between registering and aliasing), so an alias moved since stays where it is.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from fedtune.tracking.digest import CONTENT_TAG
+
+    try:
+        versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    found = [v for v in versions if (v.tags or {}).get(CONTENT_TAG) == content_sha256]
+    if not found:
+        return None
+    version = min(int(v.version) for v in found)
+    if alias is not None and alias not in (client.get_registered_model(name).aliases or {}):
+        client.set_registered_model_alias(name, alias, str(version))
+    logger.info("%s version %d already holds this run's model: not registered again", name, version)
+    return ModelRef(f"models:/{name}/{version}", name, version, alias)
+
+
 def _register(
     client: MlflowClient,
     name: str,
@@ -199,6 +230,7 @@ def _register(
     run_id: str,
     tags: dict[str, str],
     alias: str | None,
+    version_tags: dict[str, str],
 ) -> int:
     from mlflow.exceptions import MlflowException
 
@@ -216,7 +248,7 @@ def _register(
         name,
         source=str(logged.artifact_location),
         run_id=run_id,
-        tags=tags,
+        tags={**tags, **version_tags},
         model_id=str(logged.model_id),
     )
     if alias is not None:

@@ -24,15 +24,19 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedtune.core import killpoints
 from fedtune.core.errors import ConfigError, StoreError
 from fedtune.tracking.base import ModelRef, RunStatus
 from fedtune.tracking.mlflow_models import (
     check_model_dir,
     download_hf_model,
+    find_registered,
     log_hf_model,
     mlflow_errors,
 )
+from fedtune.tracking.digest import CONTENT_TAG, RUN_TAG, folder_sha256
 from fedtune.tracking.params import is_secret_key, loggable_params, redact
+from fedtune.tracking.sqlite_db import ensure_database
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -95,6 +99,7 @@ class MlflowTracker:
             from mlflow import MlflowClient
             from mlflow.exceptions import MlflowException
 
+            ensure_database(self.tracking_uri)
             try:
                 self._client_obj = MlflowClient(
                     tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri
@@ -270,6 +275,8 @@ class MlflowTracker:
         The model is this package's ``hf_pyfunc_model.py`` (models from code, no pickle) with
         the directory as its ``hf_dir`` artifact and explicit pip requirements. The new
         version gets ``tags`` (the registered model too) and, if given, the ``alias``.
+        Idempotent: if this run already registered a model with the same contents (a
+        resumed run), that version is returned and nothing new is registered.
 
         Args:
             model_dir: Folder with ``config.json``, weights, tokenizer files and optionally
@@ -291,17 +298,23 @@ class MlflowTracker:
         model_dir = Path(model_dir)
         check_model_dir(model_dir, alias)
         safe_tags = {k: str(v) for k, v in tags.items() if not is_secret_key(k)}
+        content = folder_sha256(model_dir)
         with self._mlflow_errors(f"log model {name!r}"):
-            return log_hf_model(
-                self._client(),
-                experiment_id=self._experiment_id or self._existing_experiment_id(run_id),
-                run_id=run_id,
-                model_dir=model_dir,
-                name=name,
-                registered_name=registered_name,
-                alias=alias,
-                tags=safe_tags,
-            )
+            ref = find_registered(self._client(), registered_name, run_id, content, alias)
+            if ref is None:
+                ref = log_hf_model(
+                    self._client(),
+                    experiment_id=self._experiment_id or self._existing_experiment_id(run_id),
+                    run_id=run_id,
+                    model_dir=model_dir,
+                    name=name,
+                    registered_name=registered_name,
+                    alias=alias,
+                    tags=safe_tags,
+                    version_tags={RUN_TAG: run_id, CONTENT_TAG: content},
+                )
+        killpoints.reached("model-registered")
+        return ref
 
     def tag_model_version(self, registered_name: str, version: int, tags: dict[str, str]) -> None:
         """Set ``tags`` on version ``version`` of ``registered_name`` (secret-looking keys dropped).

@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 
 from fedtune.core.errors import ConfigError, ModelError, StoreError
 from fedtune.tracking import Tracker
+from fedtune.tracking.digest import folder_sha256
 from fedtune.tracking.mlflow_tracker import (
     MlflowTracker,
     local_tracking_uri,
@@ -151,7 +152,12 @@ def test_log_model_registers_a_servable_version_with_alias_and_tags(
     mv = client.get_model_version_by_alias("tiny-gpt", "candidate")
     assert int(mv.version) == 1 and mv.run_id == run_id
     expected_tags = {"fedtune.algorithm": "fedavg", "fedtune.round": "3"}
-    assert mv.tags == expected_tags
+    # The version also records what makes registration idempotent: the run and the export.
+    assert mv.tags == {
+        **expected_tags,
+        "fedtune.run_id": run_id,
+        "fedtune.content_sha256": folder_sha256(tiny_hf_dir),
+    }
     assert client.get_registered_model("tiny-gpt").tags == expected_tags
     # it is an MLflow 3 logged model, linked to the run as an output
     run_outputs = client.get_run(run_id).outputs
@@ -284,3 +290,20 @@ def test_local_store_keeps_artifacts_beside_the_database(
     artifact_uri = MlflowClient(tracker.tracking_uri).get_run(run_id).info.artifact_uri
     assert artifact_uri.startswith((workdir / "mlartifacts").as_uri())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing in the cwd
+
+
+def test_log_model_is_idempotent_per_run_and_contents(
+    tracker: MlflowTracker, client: MlflowClient, tiny_hf_dir: Path
+) -> None:
+    """Same run, same bytes: the same version, alias untouched; new bytes: a new version."""
+    run_id = tracker.start("export", {}, {})
+    first = tracker.log_model(tiny_hf_dir, "model", "idem", "candidate", {})
+    again = tracker.log_model(tiny_hf_dir, "model", "idem", "candidate", {})
+    assert again.version == first.version == 1
+    assert len(client.search_model_versions("name = 'idem'")) == 1
+    (tiny_hf_dir / "generation_config.json").write_text('{"max_new_tokens": 3}')
+    changed = tracker.log_model(tiny_hf_dir, "model", "idem", "candidate", {})
+    assert changed.version == 2
+    tracker.end("FINISHED")
+    assert int(client.get_model_version_by_alias("idem", "candidate").version) == 2
+    assert client.get_model_version("idem", "1").run_id == run_id
