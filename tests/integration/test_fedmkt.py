@@ -3,6 +3,7 @@ three tokenizers), only knowledge crosses, bytes in the summary, and clear bad-i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,15 @@ def fedmkt_job(tmp: Path, **algorithm: Any) -> dict[str, Any]:
     return job
 
 
+def _tensor_digests(path: Path) -> set[str]:
+    with safe_open(str(path), "pt") as f:
+        return {hashlib.sha256(f.get_tensor(k).numpy().tobytes()).hexdigest() for k in f.keys()}
+
+
 def test_only_knowledge_crosses_and_bytes_are_summarised(tmp_path):
-    job = parse_job(fedmkt_job(tmp_path))
+    data = fedmkt_job(tmp_path, llm_eval_size=20)
+    data["tenants"][0]["tracking"] = {"tracking_uri": f"sqlite:///{tmp_path / 'tenant-a-mlflow.db'}"}
+    job = parse_job(data)
     summary = run_job(job, NullTracker(), RunOptions(progress=False))
     exchange = Path(job.workdir) / "exchange"
     files = sorted(p for p in exchange.rglob("*") if p.is_file())
@@ -70,9 +78,32 @@ def test_only_knowledge_crosses_and_bytes_are_summarised(tmp_path):
             assert tenant["bytes_sent"] > 0 and "public_ce" in tenant["metrics"]
     text = json.dumps(summaries[-1])
     assert "eval/llm/public_ce" in text and "fedmkt/llm_selected" in text
-    # the small models stay in their tenants' stores
-    own = Path(job.workdir) / "tenants" / "tenant-a" / "jobs" / job.name / "client-state"
-    assert any(own.iterdir())
+    # every model is scored every round, under its own name
+    for record in summaries:
+        assert {"eval/llm/acc", "eval/llm/rouge_l"} <= set(record["server_metrics"])
+        for tenant in record["tenants"].values():
+            assert {"eval/slm/acc", "eval/slm/rouge_l"} & set(tenant["metrics"])
+    assert all("slm/acc" in m or "slm/rouge_l" in m for m in summary["final_eval"].values())
+    # the small models stay in their tenants' stores: client state and the final export
+    tenants = Path(job.workdir) / "tenants"
+    exported: set[str] = set()
+    for name in ("tenant-a", "tenant-b", "tenant-c"):
+        own = tenants / name / "jobs" / job.name
+        assert any((own / "client-state").iterdir())
+        slm = own / "artifacts" / "slm"
+        assert (slm / "config.json").exists() and (slm / "adapter" / "adapter_config.json").exists()
+        exported |= _tensor_digests(next((slm / "adapter").glob("*.safetensors")))
+    # ... and never reach the provider's store or the exchange, under any name
+    provider_root = Path(job.workdir) / "provider"
+    for path in sorted(p for root in (provider_root, exchange) for p in root.rglob("*") if p.is_file()):
+        assert "slm" not in path.relative_to(Path(job.workdir)).as_posix(), path
+        if path.suffix == ".safetensors":
+            assert not _tensor_digests(path) & exported, path
+    # a tenant with its own tracking registers its small model there; the others do not
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'tenant-a-mlflow.db'}")
+    assert [m.name for m in client.search_registered_models()] == ["itest-tenant-a-slm"]
     assert summary
 
 
@@ -103,6 +134,19 @@ def test_top_k_larger_than_a_vocabulary_is_refused(tmp_path):
 def test_ce_weight_outside_unit_interval_is_refused(tmp_path, value):
     with pytest.raises(Exception, match=rf"ce_weight={value} is outside \[0, 1\]"):
         parse_job(fedmkt_job(tmp_path, ce_weight=value))
+
+
+def test_llm_eval_size_holding_out_every_public_row_is_refused(tmp_path):
+    job = parse_job(fedmkt_job(tmp_path, llm_eval_size=100))
+    with pytest.raises(ConfigError, match=r"llm_eval_size=100 holds out all 100 public examples"):
+        run_job(job, NullTracker(), RunOptions(progress=False))
+
+
+def test_tenant_tracking_without_its_own_uri_is_refused(tmp_path):
+    data = fedmkt_job(tmp_path)
+    data["tenants"][0]["tracking"] = {"experiment": "mine"}
+    with pytest.raises(Exception, match=r"tenants\[tenant-a\].tracking has no tracking_uri"):
+        parse_job(data)
 
 
 def test_tenant_without_model_is_refused(tmp_path):

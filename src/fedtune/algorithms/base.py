@@ -37,6 +37,10 @@ class Algorithm(ABC, Generic[C]):
 
     #: Keys under which update tensors are validated against the broadcast.
     update_groups: ClassVar[tuple[str, ...]] = ("adapter",)
+    #: Whether each tenant keeps a model of its own in its client state (FedMKT's small
+    #: models): the final evaluate step then also runs :meth:`evaluate_kept` and
+    #: :meth:`export_kept` on the tenant's last client state, in the tenant's process.
+    tenant_keeps_model: ClassVar[bool] = False
 
     def __init__(self, config: C) -> None:
         self.config = config
@@ -84,6 +88,19 @@ class Algorithm(ABC, Generic[C]):
         self, ctx: TenantContext, broadcast: Broadcast, data: TenantData
     ) -> dict[str, float]:
         """Tenant: metrics of the model in ``broadcast`` on the tenant's held-out split."""
+
+    def evaluate_kept(
+        self, ctx: TenantContext, data: TenantData, client_state: ClientState
+    ) -> dict[str, float]:
+        """Tenant, after the last round: metrics of the model it keeps (scalars only)."""
+        return {}
+
+    def export_kept(
+        self, ctx: TenantContext, client_state: ClientState, out_dir: Path
+    ) -> dict[str, Artifact]:
+        """Tenant, after the last round: the model it keeps, as local directories that go
+        only into the tenant's own store."""
+        return {}
 
     def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
         """Tenant: the model and tokenizer that ``broadcast`` lets the tenant run.

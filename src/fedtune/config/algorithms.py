@@ -505,6 +505,18 @@ class FedMKTConfig(StrictModel):
     kd_lr: float | None = Field(
         None, gt=0.0, le=10.0, description="Distillation learning rate (default: training.lr)."
     )
+    llm_eval_size: int = Field(
+        0, ge=0, le=1_000_000, description="The last N public examples are held out of the "
+        "transfer and score the provider's LLM every round (0: the LLM is not scored)."
+    )
+    eval_max_options: int = Field(
+        8, ge=2, le=1000, description="A category whose responses take at most this many "
+        "distinct values is scored as multiple choice (option log-likelihood); other examples "
+        "by Rouge-L of the greedy answer."
+    )
+    eval_max_new_tokens: int = Field(
+        32, ge=1, le=4096, description="Most tokens generated per answer scored by Rouge-L."
+    )
 
     @model_validator(mode="after")
     def _ce_weight_in_unit_interval(self) -> FedMKTConfig:

@@ -106,6 +106,21 @@ class TenantConfig(StrictModel):
         description="The tenant's declared dataset size bound: an update claiming more "
         "num_samples is rejected (default: limits.max_samples_per_tenant).",
     )
+    tracking: TrackingConfig | None = Field(
+        None,
+        description="The tenant's own MLflow (fedmkt): with it, the tenant registers the small "
+        "model it exports; without it (default), the export is files in its store only.",
+    )
+
+    @model_validator(mode="after")
+    def _own_tracking_uri(self) -> TenantConfig:
+        if self.tracking is not None and self.tracking.backend == "mlflow" and not self.tracking.tracking_uri:
+            raise ValueError(
+                f"tenants[{self.name}].tracking has no tracking_uri; a tenant's registry must be "
+                "its own, never the provider's default; set tenants[].tracking.tracking_uri to "
+                "the tenant's MLflow, or remove the tracking section (files only)"
+            )
+        return self
 
     @property
     def k8s_namespace(self) -> str:

@@ -390,7 +390,9 @@ def publish_final_step(env: ProviderEnv, tenant: str) -> dict[str, Any]:
 
 
 def evaluate_step(env: TenantEnv) -> dict[str, float]:
-    """Tenant: metrics of the final model on its held-out split, from the final broadcast.
+    """Tenant: metrics of the final model on its held-out split, from the final broadcast,
+    and, where the algorithm says tenants keep a model of their own, that model's metrics and
+    its export into the tenant's own store (:mod:`fedtune.engines.tenant_export`).
 
     The metrics (scalars only) go to the tenant's exchange prefix for the provider.
     """
@@ -400,6 +402,15 @@ def evaluate_step(env: TenantEnv) -> dict[str, float]:
         return dict(env.exchange.get_json(out_key))
     broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(rounds))
     metrics = env.algorithm.evaluate(env.ctx, broadcast, env.data())
+    if env.algorithm.tenant_keeps_model:
+        # The tenant's own model (FedMKT's small model): scored and exported here, in the
+        # tenant's process, into its own store; only the scalars go to the exchange.
+        from fedtune.engines import tenant_export
+
+        kept = tenant_export.latest_client_state(env)
+        if kept is not None:
+            metrics.update(env.algorithm.evaluate_kept(env.ctx, env.data(), kept))
+            tenant_export.export_kept(env, kept)
     env.exchange.put_json(out_key, metrics)
     return metrics
 

@@ -7,27 +7,36 @@
   tokenizer files (to read it), the public-set hash. Never the LLM's weights.
 - ``client_step`` (tenant): check the public-set hash; distil the LLM knowledge (DualMinCE,
   aligned); fine-tune the tenant's own small model on its private data; return its knowledge
-  on the public set. The small model's adapter, tables and alignments stay in the client state.
+  on the public set; score the small model on the tenant's held-out split (accuracy and
+  Rouge-L, :mod:`.scoring`), metrics only. The small model's adapter, tables and alignments
+  stay in the client state.
 - ``aggregate`` (provider): align -> select -> distil into the LLM -> the LLM's knowledge for
-  the next broadcast.
+  the next broadcast; score the LLM on the public set's held-out tail (``llm_eval_size``).
 - ``export``: the LLM (base + adapter), registered as ``<name>``.
+- ``evaluate_kept`` / ``export_kept`` (tenant, after the last round): the small model's final
+  scores, and the small model (base + adapter) written into the tenant's own store only.
+
+Metric keys name the model: ``server/eval/llm/acc``, ``eval/slm/acc/<tenant>`` per round,
+``final/slm/acc/<tenant>`` at the end (``rouge_l`` likewise).
 
 Loss on both sides: ``ce_weight * CE + (1 - ce_weight) * KD`` (the paper's lambda = 0.9).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
-from fedtune.algorithms.fedmkt import client, public, server
+from fedtune.algorithms.fedmkt import client, public, scoring, server
 from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
 from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, distil
 from fedtune.config.algorithms import FedMKTConfig
-from fedtune.core.errors import UpdateRejected
+from fedtune.core.errors import ConfigError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.core.registry import register
 from fedtune.data.formats import Example
@@ -54,9 +63,29 @@ _DTYPES = {
 class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     """Mutual knowledge transfer between the provider's LLM and tenants' own small models."""
 
+    tenant_keeps_model = True
+
     # -- shared -------------------------------------------------------------------------------
     def _public(self, examples: list[Example]) -> list[Example]:
-        return examples[: self.config.public_size] if self.config.public_size else examples
+        """The transfer rows: all but the LLM's held-out tail, then the first ``public_size``."""
+        rows = examples[: len(examples) - self.config.llm_eval_size]
+        if not rows:
+            raise ConfigError(
+                f"algorithm.llm_eval_size={self.config.llm_eval_size} holds out all "
+                f"{len(examples)} public examples, leaving none to transfer knowledge on",
+                fix="Lower algorithm.llm_eval_size below the public set's size.",
+            )
+        return rows[: self.config.public_size] if self.config.public_size else rows
+
+    def _score(self, model: Any, tokenizer: Any, held_out: list[Example], labels_from: list[Example], prefix: str) -> dict[str, float]:
+        """``prefix/acc`` and ``prefix/rouge_l`` of a model (see :mod:`.scoring`)."""
+        if not held_out:
+            return {}
+        found = scoring.score_model(
+            model, tokenizer, held_out, labels_from=labels_from, max_options=self.config.eval_max_options,
+            max_new_tokens=self.config.eval_max_new_tokens, batch_size=self.config.kd_batch_size,
+        )
+        return {f"{prefix}/{k}": v for k, v in found.items()}
 
     def _settings(self, ctx: Any, tokenizer: Any, purpose: str, round_index: int) -> DistilSettings:
         return DistilSettings(
@@ -151,6 +180,9 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         metrics.update({f"fedmkt/llm_kd_{k}": v for k, v in trained.items()})
         metrics["eval/llm/public_ce_before"] = float(np.mean(own.ce))
         metrics["eval/llm/public_ce"] = float(np.mean(after.ce))
+        everything = ctx.public_examples()
+        held_out = everything[len(everything) - self.config.llm_eval_size :] if self.config.llm_eval_size else []
+        metrics.update(self._score(model, llm_tok, held_out, everything, "eval/llm"))
         for name, k in received.items():
             metrics[f"eval/{name}/public_ce"] = float(np.mean(k.ce))
         return ServerState(
@@ -195,6 +227,8 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         )
         knowledge = self._knowledge(ctx, model, tok, side, chars, self.config.top_k)
         metrics["public_ce"] = float(np.mean(knowledge.ce))
+        scores = self._score(model, tok, list(data.eval), [*data.train, *data.eval], "eval/slm")
+        metrics.update(scores)
         update = Update(
             tensors=knowledge.to_tensors(KNOWLEDGE),
             meta={
@@ -206,10 +240,33 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         )
         state = ClientState(
             tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **client.cache_tensors(cache)},
-            meta={"round": round_index},
+            meta={"round": round_index, "metrics": scores},
         )
         return update, state
 
     def evaluate(self, ctx: TenantContext, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
-        """The final broadcast carries no model for tenants: their metrics come per round."""
+        """The final broadcast carries no model for tenants (see :meth:`evaluate_kept`)."""
         return {}
+
+    def evaluate_kept(self, ctx: TenantContext, data: TenantData, client_state: ClientState) -> dict[str, float]:
+        """The final small model's scores: those its last client step took after training
+        (nothing changes it afterwards), as ``slm/acc``, ``slm/rouge_l``."""
+        found = client_state.meta.get("metrics") or {}
+        return {k.removeprefix("eval/"): float(v) for k, v in found.items()}
+
+    def export_kept(self, ctx: TenantContext, client_state: ClientState, out_dir: Path) -> dict[str, Artifact]:
+        """The tenant's small model: its base as a Hugging Face directory, the adapter in
+        ``adapter/`` (the layout of the LLM's export)."""
+        from fedtune.models.loading import save_pretrained_dir
+        from fedtune.training.context import build_model
+
+        adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
+        model_dir = out_dir / "slm"
+        base, tokenizer = build_model(ctx.base.model, ctx.base.tokenizer_spec)  # type: ignore[arg-type]
+        save_pretrained_dir(base, tokenizer, model_dir)
+        lora_helpers.save_adapter(ctx.peft_model(adapter), model_dir / "adapter")
+        tags = {
+            "algorithm": "fedmkt", "tenant": ctx.tenant, "rounds": str(client_state.meta.get("round", 0)),
+            "lora_r": str(ctx.lora_config.r), "fedtune.layout": "base+adapter",
+        }
+        return {"slm": Artifact(kind="base-with-adapter", path=model_dir, register=True, tags=tags)}

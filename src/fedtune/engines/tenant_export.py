@@ -1,0 +1,58 @@
+"""A tenant's own final models (FedMKT's small models): into its own store, never the provider's.
+
+After the last round the tenant's evaluate step asks the algorithm for the models the tenant
+keeps (:meth:`~fedtune.algorithms.base.Algorithm.export_kept`), copies them into the tenant's
+own store under ``artifacts/<name>/``, and registers those marked so only when the tenant
+entry has a ``tracking`` section of its own (its MLflow, ``tenants[].tracking.tracking_uri``):
+registered as ``tracking.registered_model``, else ``<job's registered name>-<tenant>-<name>``.
+Without one, the export is files only. Nothing of it goes to the exchange or the provider.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fedtune.core.messages import ClientState
+from fedtune.engines import layout
+from fedtune.engines.steps import TenantEnv
+
+
+def latest_client_state(env: TenantEnv) -> ClientState | None:
+    """The tenant's client state of the last round it trained in (None if it never did)."""
+    found = layout.latest_round(env.own.list("client-state/"), before=env.job.rounds + 1)
+    return None if found is None else ClientState.load(env.own, layout.client_state_key(found))
+
+
+def export_kept(env: TenantEnv, state: ClientState) -> dict[str, dict[str, Any]]:
+    """Write the tenant's kept models into its own store (and its registry, if it has one)."""
+    out: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="fedtune-tenant-export-") as tmp:
+        artifacts = env.algorithm.export_kept(env.ctx, state, Path(tmp))
+        for name, artifact in artifacts.items():
+            prefix = f"{layout.ARTIFACTS_PREFIX}/{name}"
+            for path in sorted(p for p in artifact.path.rglob("*") if p.is_file()):
+                env.own.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())
+            entry: dict[str, Any] = {"uri": f"{env.own.uri.rstrip('/')}/{prefix}", "kind": artifact.kind}
+            if artifact.register and env.tenant.tracking is not None and env.tenant.tracking.backend == "mlflow":
+                entry.update(_register(env, name, artifact.path, artifact.tags))
+            out[name] = entry
+    return out
+
+
+def _register(env: TenantEnv, name: str, path: Path, tags: dict[str, str]) -> dict[str, Any]:
+    from fedtune.tracking.mlflow_tracker import MlflowTracker
+
+    tracking = env.tenant.tracking
+    assert tracking is not None and tracking.tracking_uri  # the job's validation says so
+    registered = tracking.registered_model or f"{env.job.registered_model_name}-{env.tenant.name}-{name}"
+    tracker = MlflowTracker(tracking.tracking_uri, tracking.experiment)
+    tracker.start(run_name=f"{env.job.name}-{env.tenant.name}", params={}, tags={"fedtune.tenant": env.tenant.name})
+    try:
+        ref = tracker.log_model(path, name=name, registered_name=registered, alias=tracking.alias, tags=tags)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    tracker.end("FINISHED")
+    return {"registered_name": ref.registered_name, "registered_version": ref.version, "model_uri": ref.model_uri}
