@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, secagg_steps, steps
 from fedtune.engines.audit import record_audit
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.tenant_tasks import TenantKind
@@ -37,6 +37,8 @@ _RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit")
 def config_fingerprint(job: JobConfig) -> str:
     """sha256 of the job config, minus fields a resumed run may change."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
+        dump.pop("secure_aggregation")
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
 
 
@@ -204,11 +206,14 @@ def _run_round(
         bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
 
-    # A tenant's failure costs its update, not the round: the quorum decides.
-    outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
-    clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
-    failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
-    aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+    if env.job.secure_aggregation.enabled:
+        clients, aggregate = secagg_steps.run_round(env, runner, round_index, sampled, done)
+    else:
+        # A tenant's failure costs its update, not the round: the quorum decides.
+        outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
+        clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
+        failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
+        aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
     bar.remove_task(task)
     record = RoundRecord.build(
         round_index, sampled, configure, clients, aggregate, time.perf_counter() - started
