@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from fedtune.aggregation import validate_update
-from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
+from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.engines import layout
 from fedtune.engines.steps import ProviderEnv, TenantEnv, train_client, _check_sample_count
@@ -41,6 +41,21 @@ from fedtune.secagg import protocol as p
 
 MASKED = "secagg/masked"
 SUM_NAME = "secure-sum"
+
+
+def refuse_pipeline(job: Any) -> None:
+    """Refuse a job with secure aggregation on where its steps are not wired in (pipelines).
+
+    Raises:
+        ConfigError: ``secure_aggregation.enabled`` for a compiled pipeline (kfp-local, cluster).
+    """
+    if job.secure_aggregation.enabled:
+        raise ConfigError(
+            f"job {job.name!r} sets secure_aggregation.enabled: true, which the compiled "
+            "pipelines (kfp-local and the cluster) do not run yet",
+            fix="Run it with the local engine (`fedtune run --engine local`), or set "
+            "secure_aggregation.enabled: false.",
+        )
 
 
 def _context(job_name: str, round_index: int) -> str:
