@@ -146,3 +146,16 @@ def test_below_threshold_the_round_fails_listing_every_tenant(
     text = str(info.value)
     assert "1 masked upload(s) ['tenant-a'], threshold is 3" in text
     assert "secure_aggregation.threshold" in info.value.fix
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedprox", "mu": 0.01}, {"name": "fedadam"}])
+def test_other_weighted_mean_algorithms_match_too(
+    make_job: Callable[..., JobConfig], algorithm: dict
+) -> None:
+    plain = make_job(algorithm=algorithm)
+    secure = make_job(algorithm=algorithm, secure_aggregation=SECURE)
+    run_job(plain, NullTracker(), QUIET)
+    run_job(secure, NullTracker(), QUIET)
+    a, b = final_adapter(plain), final_adapter(secure)
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5, rtol=0), key
