@@ -35,7 +35,7 @@ from fedtune.aggregation import validate_update
 from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.engines import layout
-from fedtune.engines.steps import ProviderEnv, TenantEnv, train_client, _check_sample_count
+from fedtune.engines.steps import ProviderEnv, TenantEnv, _check_sample_count, _weighted, train_client
 from fedtune.secagg import fixedpoint, vector
 from fedtune.secagg import protocol as p
 
@@ -347,18 +347,12 @@ def aggregate_step(
         "compute_seconds": compute,
         "accepted": sorted(masked),
         "rejected": rejected,
-        "train_loss": _weighted(metas, "train_loss"),
-        "eval_loss": _weighted(metas, "eval_loss"),
+        "train_loss": _weighted([(m.get("train_loss"), m["num_samples"]) for m in metas]),
+        "eval_loss": _weighted([(m.get("eval_loss"), m["num_samples"]) for m in metas]),
         "metrics": {**dict(new_state.meta.get("metrics") or {}), "secagg/rejected_shares": len(result.rejected_shares)},
         "secagg": {"rejected_shares": result.rejected_shares},
     }
 
-
-def _weighted(metas: list[dict[str, Any]], name: str) -> float | None:
-    pairs = [(m.get(name), m.get("num_samples")) for m in metas]
-    usable = [(float(v), int(n)) for v, n in pairs if isinstance(v, int | float) and np.isfinite(v) and n]
-    total = sum(n for _, n in usable)
-    return sum(v * n for v, n in usable) / total if total else None
 
 
 # -- one round in an engine that runs tenant tasks through a runner ---------------------------
