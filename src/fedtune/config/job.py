@@ -232,6 +232,30 @@ class AuditConfig(StrictModel):
     )
 
 
+#: Algorithms whose update is a weighted mean of tensors the provider folds in one call.
+SECURE_AGGREGATION_ALGORITHMS = ("fedavg", "fedprox", "fedopt", "fedadagrad", "fedadam", "fedyogi")
+
+
+class SecureAggregationConfig(StrictModel):
+    """SecAgg+ for FedIT-family jobs: the provider learns only the sum of the updates."""
+
+    enabled: bool = Field(False, description="Mask every update; the provider unmasks only the sum.")
+    threshold: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Tenants whose shares are needed to unmask (default: a majority of the "
+        "sampled tenants); up to sampled - threshold may drop after sharing keys.",
+    )
+    frac_bits: int = Field(
+        24, ge=8, le=40, description="Fractional bits of the fixed-point encoding (mod 2^64)."
+    )
+
+    def threshold_for(self, sampled: int) -> int:
+        """The threshold of a round with ``sampled`` tenants."""
+        return self.threshold or sampled // 2 + 1
+
+
 class JobConfig(StrictModel):
     """A federated fine-tuning job: who takes part, what trains, how, and where it is stored."""
 
@@ -278,6 +302,10 @@ class JobConfig(StrictModel):
         description="Memorization audit of the final model on the tenants' own data; the "
         "result tags the registered version for `fedtune promote --max-leakage`.",
     )
+    secure_aggregation: SecureAggregationConfig = Field(
+        default_factory=SecureAggregationConfig,
+        description="Secure aggregation (off by default): `{enabled: true, threshold: 2}`.",
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,
         description="Default engine and its workers: `local`, `kfp-local`, or "
@@ -323,7 +351,27 @@ class JobConfig(StrictModel):
                 f"min_clients={self.min_clients} exceeds clients_per_round={per_round}; "
                 "no round could reach the quorum — lower min_clients"
             )
+        self._check_secure_aggregation()
         return self
+
+    def _check_secure_aggregation(self) -> None:
+        sa = self.secure_aggregation
+        if not sa.enabled:
+            return
+        if self.algorithm.name not in SECURE_AGGREGATION_ALGORITHMS:
+            raise ValueError(
+                f"secure_aggregation is enabled for algorithm {self.algorithm.name!r}, whose "
+                f"update is not a plain weighted mean; use one of {list(SECURE_AGGREGATION_ALGORITHMS)} "
+                "or set secure_aggregation.enabled: false"
+            )
+        n = self.sampled_per_round
+        t = sa.threshold_for(n)
+        if not n // 2 < t <= n:
+            raise ValueError(
+                f"secure_aggregation.threshold={t} must be in {n // 2 + 1}..{n} for {n} sampled "
+                "tenants (above half, so the provider cannot unmask a single update; at most the "
+                "sampled count, so a round can finish); change the threshold or clients_per_round"
+            )
 
     def _check_scaffold_optimizer(self) -> None:
         algorithm = self.algorithm

@@ -136,6 +136,14 @@ class StopRequested(FedtuneError):
         return exc
 
 
+class SecureAggregationError(FedtuneError):
+    """A secure-aggregation round cannot go on: too few parties, bad shares, bad encoding."""
+
+    exit_code = 11
+    fix = "Read the listed reasons; fix the named tenants or lower secure_aggregation.threshold."
+    redacted_message = "the tenant's secure-aggregation step failed"
+
+
 def error_classes() -> dict[str, type[FedtuneError]]:
     """Every FedtuneError class by name (the kinds a TenantFailure may carry)."""
     found: dict[str, type[FedtuneError]] = {}

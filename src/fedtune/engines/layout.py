@@ -82,6 +82,17 @@ def update_key(round_index: int) -> str:
     return f"{round_tag(round_index)}/update"
 
 
+def secagg_key(round_index: int, name: str) -> str:
+    """A secure-aggregation message of the round (``advert``, ``roster``, ``dealt``, ``inbox``,
+    ``unmask-request``, ``unmask``), inside the tenant's exchange prefix."""
+    return f"{round_tag(round_index)}/secagg/{name}.json"
+
+
+def secagg_secrets_key(round_index: int) -> str:
+    """A tenant's secure-aggregation keys, seed and held shares (in its own store)."""
+    return f"secagg/{round_tag(round_index)}.json"
+
+
 def final_tenant_broadcast_key(round_index: int) -> str:
     """The final model as tenants may see it, inside the tenant's exchange prefix."""
     return f"final-{round_tag(round_index)}/broadcast"

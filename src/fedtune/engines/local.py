@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, steps, stopping
+from fedtune.engines import layout, secagg_steps, steps, stopping
 from fedtune.engines.audit import record_audit
 from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
@@ -38,12 +38,16 @@ _RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit")
 def config_fingerprint(job: JobConfig) -> str:
     """sha256 of the job config, minus fields a resumed run may change."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
+        dump.pop("secure_aggregation")
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
 
 
 def config_sections(job: JobConfig) -> dict[str, str]:
     """sha256 of each top-level field of the fingerprint, to name what changed."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
+    if not job.secure_aggregation.enabled:  # as in config_fingerprint
+        dump.pop("secure_aggregation")
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in dump.items()
@@ -268,11 +272,14 @@ def _run_round(
         bar.advance(task)
         stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
-    # A tenant's failure costs its update, not the round: the quorum decides.
-    outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
-    clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
-    failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
-    aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+    if env.job.secure_aggregation.enabled:
+        clients, aggregate = secagg_steps.run_round(env, runner, round_index, sampled, done)
+    else:
+        # A tenant's failure costs its update, not the round: the quorum decides.
+        outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
+        clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
+        failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
+        aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
     bar.remove_task(task)
     record = RoundRecord.build(
         round_index, sampled, configure, clients, aggregate, time.perf_counter() - started

@@ -223,8 +223,20 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
         meta = exchange.get_json(f"{key}.json")
         return {"skipped": True, "bytes": _stored_size(exchange, key), "meta": meta}
     started = time.perf_counter()
+    update = train_client(env, round_index)
+    written = update.save(exchange, key)
+    return {
+        "seconds": time.perf_counter() - started,
+        "bytes": written,
+        "raw_bytes": update.nbytes,
+        "meta": update.meta,
+    }
+
+
+def train_client(env: TenantEnv, round_index: int) -> Update:
+    """Tenant: the algorithm's client step on the round's broadcast; keeps its client state."""
     own = env.own
-    broadcast = Broadcast.load(exchange, layout.round_broadcast_key(round_index))
+    broadcast = Broadcast.load(env.exchange, layout.round_broadcast_key(round_index))
     previous = layout.latest_round(own.list("client-state/"), before=round_index)
     client_state = (
         ClientState.load(own, layout.client_state_key(previous)) if previous is not None else None
@@ -237,13 +249,7 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
             own.put_bytes(name, data)
         new_state.save(own, layout.client_state_key(round_index))
         _prune_client_states(own, keep_from=previous if previous is not None else round_index)
-    written = update.save(exchange, key)
-    return {
-        "seconds": time.perf_counter() - started,
-        "bytes": written,
-        "raw_bytes": update.nbytes,
-        "meta": update.meta,
-    }
+    return update
 
 
 def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:

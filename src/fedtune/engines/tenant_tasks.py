@@ -10,14 +10,19 @@ from fedtune.engines import layout
 if TYPE_CHECKING:
     from fedtune.engines import steps
 
-TenantKind = Literal["client", "evaluate", "audit"]
-"""A step that runs on a tenant's side: a round's training, the final evaluation, the audit."""
+TenantKind = Literal["client", "evaluate", "audit", "secagg-advertise", "secagg-share", "secagg-unmask"]
+"""A step that runs on a tenant's side: a round's training, the final evaluation, the audit,
+and the extra steps of a secure-aggregation round."""
 
 
 def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) -> dict[str, Any]:
     """Run one tenant step against ``env``; return its result (see each step)."""
     from fedtune.engines import steps
 
+    if kind.startswith("secagg-") or (kind == "client" and env.job.secure_aggregation.enabled):
+        from fedtune.engines import secagg_steps
+
+        return secagg_steps.TENANT_STEPS[kind](env, round_index)
     if kind == "client":
         return steps.client_step(env, round_index)
     if kind == "audit":
@@ -29,4 +34,6 @@ def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) ->
 
 def failure_tag(kind: TenantKind, round_index: int) -> str:
     """Name of the tenant's private error file for a failed step (``errors/<tag>.txt``)."""
+    if kind.startswith("secagg-"):
+        return f"{layout.round_tag(round_index)}-{kind}"
     return layout.round_tag(round_index) if kind == "client" else kind

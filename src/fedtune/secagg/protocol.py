@@ -1,0 +1,375 @@
+"""The SecAgg protocol of one round as pure functions of each party (Bonawitz et al. 2017).
+
+Steps, with U1 >= U2 >= U3 the tenants still present at each:
+
+1. **Advertise** (tenant): two X25519 key pairs, one for the share channel, one for masks.
+2. **Share** (tenant, after the provider routes the roster U1): draw a self-mask seed ``b``;
+   Shamir-share ``b`` and the mask private key among U1; seal each share for its recipient
+   (ChaCha20-Poly1305 under an X25519/HKDF channel key) with a hash commitment per share.
+3. **Masked upload** (tenant, after the provider routes the sealed shares of U2):
+   ``y = encode(x) + PRG(b) + sum_{v in U2, v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)``.
+4. **Unmask** (tenant, told the uploaders U3): reveal its share of ``b_u`` for u in U3 and of
+   the mask key for u in U2 \\ U3, never both for one u; the provider reconstructs, removes
+   the self-masks of U3 and the pairwise masks left by dropped tenants: the sum remains.
+
+Every message is JSON (hex bytes): nothing here unpickles. The names are tenant names; a
+tenant's share point is its 1-based position in the sorted roster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from fedtune.core.errors import SecureAggregationError
+from fedtune.secagg import keys, prg, shamir
+
+SEED, KEY = "seed", "key"
+
+
+@dataclass(frozen=True)
+class Advertisement:
+    """A tenant's public keys for one round."""
+
+    tenant: str
+    channel_public: bytes
+    mask_public: bytes
+
+    def to_json(self) -> dict[str, str]:
+        return {"tenant": self.tenant, "channel": self.channel_public.hex(), "mask": self.mask_public.hex()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Advertisement:
+        return cls(str(data["tenant"]), bytes.fromhex(data["channel"]), bytes.fromhex(data["mask"]))
+
+
+@dataclass(frozen=True)
+class TenantSecrets:
+    """What a tenant keeps private for one round: its key pairs and self-mask seed."""
+
+    channel: keys.KeyPair
+    masking: keys.KeyPair
+    seed: bytes | None = None
+
+    @classmethod
+    def new(cls) -> TenantSecrets:
+        return cls(keys.generate(), keys.generate())
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "channel": self.channel.private.hex(),
+            "mask": self.masking.private.hex(),
+            "seed": self.seed.hex() if self.seed is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TenantSecrets:
+        ch, mk = bytes.fromhex(data["channel"]), bytes.fromhex(data["mask"])
+        seed = bytes.fromhex(data["seed"]) if data.get("seed") else None
+        return cls(keys.KeyPair(ch, keys.public_of(ch)), keys.KeyPair(mk, keys.public_of(mk)), seed)
+
+    def advertisement(self, tenant: str) -> Advertisement:
+        return Advertisement(tenant, self.channel.public, self.masking.public)
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Every advertisement of a round (U1), the threshold and the round's context string."""
+
+    context: str
+    threshold: int
+    ads: dict[str, Advertisement]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.ads)
+
+    def point(self, tenant: str) -> int:
+        """The tenant's Shamir share point."""
+        return self.names.index(tenant) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "context": self.context,
+            "threshold": self.threshold,
+            "ads": [self.ads[n].to_json() for n in self.names],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Roster:
+        ads = [Advertisement.from_json(a) for a in data["ads"]]
+        return cls(str(data["context"]), int(data["threshold"]), {a.tenant: a for a in ads})
+
+
+@dataclass(frozen=True)
+class Dealt:
+    """One dealer's step-2 output: a sealed share pair per recipient, commitments, seed hash."""
+
+    dealer: str
+    sealed: dict[str, str]  # recipient -> hex ciphertext of {"seed": hex, "key": hex}
+    commitments: dict[str, dict[str, str]]  # recipient -> {"seed": sha256, "key": sha256}
+    seed_hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dealer": self.dealer,
+            "sealed": self.sealed,
+            "commitments": self.commitments,
+            "seed_hash": self.seed_hash,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Dealt:
+        return cls(str(data["dealer"]), dict(data["sealed"]), dict(data["commitments"]), str(data["seed_hash"]))
+
+
+@dataclass
+class UnmaskResult:
+    """The unmasked sum and the shares set aside on the way (named, with why)."""
+
+    total: np.ndarray
+    rejected_shares: list[str] = field(default_factory=list)
+
+
+def _pair_info(context: str, kind: str, a: str, b: str) -> bytes:
+    lo, hi = sorted((a, b))
+    return f"{context}|{kind}|{lo}|{hi}".encode()
+
+
+def _seed_hash(context: str, dealer: str, seed: bytes) -> str:
+    return hashlib.sha256(f"{context}|{dealer}|seed|".encode() + seed).hexdigest()
+
+
+def _tag(roster: Roster, dealer: str, kind: str) -> str:
+    return f"{roster.context}|{dealer}|{kind}"
+
+
+def _channel(secrets_: TenantSecrets, roster: Roster, me: str, peer: str) -> bytes:
+    return keys.agree(
+        secrets_.channel.private, roster.ads[peer].channel_public, _pair_info(roster.context, "channel", me, peer)
+    )
+
+
+def check_roster(roster: Roster, me: str, secrets_: TenantSecrets) -> None:
+    """A tenant's checks of the routed roster before it deals shares.
+
+    Raises:
+        SecureAggregationError: Its own keys are missing or replaced, or the roster is
+            smaller than the threshold (or the threshold is not a majority of it).
+    """
+    mine = roster.ads.get(me)
+    if mine is None or mine != secrets_.advertisement(me):
+        raise SecureAggregationError(
+            f"the roster of {roster.context!r} does not carry tenant {me!r}'s advertised keys",
+            fix="Re-run the round from its key advertisement; the provider must route the keys unchanged.",
+        )
+    n = len(roster.ads)
+    if not n // 2 < roster.threshold <= n:
+        raise SecureAggregationError(
+            f"threshold {roster.threshold} for a roster of {n} tenants is not in {n // 2 + 1}..{n}; "
+            "below a majority the provider could learn single updates",
+            fix="Raise secure_aggregation.threshold above half the sampled tenants, or sample more tenants.",
+        )
+
+
+def deal(me: str, secrets_: TenantSecrets, roster: Roster) -> tuple[TenantSecrets, Dealt]:
+    """Step 2: draw the self-mask seed and seal shares of it and of the mask key for U1."""
+    check_roster(roster, me, secrets_)
+    seed = os.urandom(prg.SEED_BYTES)
+    points = {name: roster.point(name) for name in roster.names}
+    seed_shares = shamir.split(seed, points.values(), roster.threshold)
+    key_shares = shamir.split(secrets_.masking.private, points.values(), roster.threshold)
+    sealed: dict[str, str] = {}
+    commitments: dict[str, dict[str, str]] = {}
+    for name, x in points.items():
+        plain = json.dumps({SEED: f"{seed_shares[x]:x}", KEY: f"{key_shares[x]:x}"}).encode()
+        aad = f"{roster.context}|{me}->{name}".encode()
+        sealed[name] = keys.seal(_channel(secrets_, roster, me, name), plain, aad).hex()
+        commitments[name] = {
+            SEED: shamir.commitment(_tag(roster, me, SEED), x, seed_shares[x]),
+            KEY: shamir.commitment(_tag(roster, me, KEY), x, key_shares[x]),
+        }
+    return replace(secrets_, seed=seed), Dealt(me, sealed, commitments, _seed_hash(roster.context, me, seed))
+
+
+def open_shares(
+    me: str, secrets_: TenantSecrets, roster: Roster, dealt: Mapping[str, Dealt]
+) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Step 3 (tenant): unseal the shares addressed to ``me``; return (held, problems by dealer)."""
+    held: dict[str, dict[str, int]] = {}
+    problems: dict[str, str] = {}
+    x = roster.point(me)
+    for dealer, item in sorted(dealt.items()):
+        blob = item.sealed.get(me)
+        plain = None
+        if blob is not None and dealer in roster.ads:
+            aad = f"{roster.context}|{dealer}->{me}".encode()
+            plain = keys.open_sealed(_channel(secrets_, roster, me, dealer), bytes.fromhex(blob), aad)
+        if plain is None:
+            problems[dealer] = f"the share sealed by {dealer!r} for {me!r} is missing or fails authentication"
+            continue
+        pair = {k: int(v, 16) for k, v in json.loads(plain).items()}
+        ok = all(
+            shamir.commitment(_tag(roster, dealer, k), x, pair[k]) == item.commitments.get(me, {}).get(k)
+            for k in (SEED, KEY)
+        )
+        if not ok:
+            problems[dealer] = f"the share dealt by {dealer!r} to {me!r} does not match its commitment"
+            continue
+        held[dealer] = pair
+    return held, problems
+
+
+def pairwise_seed(private: bytes, peer_public: bytes, context: str, me: str, peer: str) -> bytes:
+    """The mask seed ``s_uv`` two tenants share (X25519 + HKDF)."""
+    return keys.agree(private, peer_public, _pair_info(context, "mask", me, peer))
+
+
+def mask(
+    me: str, secrets_: TenantSecrets, roster: Roster, sharers: Iterable[str], encoded: np.ndarray
+) -> np.ndarray:
+    """Step 3 (tenant): the masked upload of an encoded vector (uint64, mod 2^64)."""
+    if secrets_.seed is None:
+        raise SecureAggregationError(
+            f"tenant {me!r} has no self-mask seed for {roster.context!r}",
+            fix="Run the share step of this round before the masked upload.",
+        )
+    n = len(encoded)
+    out = np.asarray(encoded, dtype=np.uint64) + prg.mask(secrets_.seed, n)
+    for peer in sorted(set(sharers) - {me}):
+        m = prg.mask(pairwise_seed(secrets_.masking.private, roster.ads[peer].mask_public, roster.context, me, peer), n)
+        out = out + m if me < peer else out - m
+    return out
+
+
+def respond(
+    me: str,
+    held: Mapping[str, Mapping[str, int]],
+    sharers: Iterable[str],
+    survivors: Iterable[str],
+    threshold: int,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, dict[str, str]]:
+    """Step 4 (tenant): reveal seed shares of ``survivors`` and key shares of the dropped.
+
+    Raises:
+        SecureAggregationError: ``me`` is not a survivor, survivors are not sharers, there are
+            fewer than ``threshold`` of them, or an earlier answer of this round named a
+            different split (revealing both shares of one tenant would expose its update).
+    """
+    sharers_, survivors_ = sorted(set(sharers)), sorted(set(survivors))
+    problems = []
+    if me not in survivors_:
+        problems.append(f"tenant {me!r} is not among the uploaders {survivors_}")
+    if not set(survivors_) <= set(sharers_):
+        problems.append(f"uploaders {sorted(set(survivors_) - set(sharers_))} never dealt shares")
+    if len(survivors_) < threshold:
+        problems.append(f"{len(survivors_)} uploader(s) is below the threshold {threshold}")
+    if previous is not None and sorted(previous.get(SEED, {})) != [u for u in survivors_ if u in held]:
+        problems.append(f"tenant {me!r} already answered this round for uploaders {sorted(previous.get(SEED, {}))}")
+    if problems:
+        raise SecureAggregationError(
+            "unmasking request refused: " + "; ".join(problems),
+            fix="Start the round over (new keys); a tenant answers one unmasking request per round.",
+        )
+    return {
+        SEED: {u: f"{held[u][SEED]:x}" for u in survivors_ if u in held},
+        KEY: {u: f"{held[u][KEY]:x}" for u in sharers_ if u not in survivors_ and u in held},
+    }
+
+
+def _recover(
+    roster: Roster,
+    item: Dealt,
+    kind: str,
+    responses: Mapping[str, Mapping[str, Mapping[str, str]]],
+    rejected: list[str],
+    reasons: list[str],
+) -> bytes | None:
+    """Reconstruct one dealer's seed or key from the revealed shares that match commitments."""
+    u = item.dealer
+    good: dict[int, int] = {}
+    for v, answer in sorted(responses.items()):
+        raw = answer.get(kind, {}).get(u)
+        if raw is None or v not in roster.ads:
+            continue
+        x = roster.point(v)
+        try:
+            y = int(raw, 16)
+        except (TypeError, ValueError):
+            y = -1
+        if shamir.commitment(_tag(roster, u, kind), x, y) != item.commitments.get(v, {}).get(kind):
+            rejected.append(f"share of {u!r}'s {kind} revealed by {v!r} does not match {u!r}'s commitment")
+            continue
+        good[x] = y
+    if len(good) < roster.threshold:
+        reasons.append(
+            f"{u!r}'s {kind}: {len(good)} valid share(s) revealed, threshold is {roster.threshold}"
+        )
+        return None
+    secret = shamir.combine(good, roster.threshold)
+    valid = secret is not None and (
+        _seed_hash(roster.context, u, secret) == item.seed_hash
+        if kind == SEED
+        else keys.public_of(secret) == roster.ads[u].mask_public
+    )
+    if not valid:
+        reasons.append(f"{u!r} dealt inconsistent shares of its {kind} (they do not reconstruct its commitment)")
+        return None
+    return secret
+
+
+def unmask(
+    roster: Roster,
+    dealt: Mapping[str, Dealt],
+    masked: Mapping[str, np.ndarray],
+    responses: Mapping[str, Mapping[str, Mapping[str, str]]],
+) -> UnmaskResult:
+    """Provider: the sum of the encoded updates of the uploaders ``masked`` (mod 2^64).
+
+    Raises:
+        SecureAggregationError: Listing every reason the sum cannot be recovered.
+    """
+    reasons: list[str] = []
+    rejected: list[str] = []
+    sharers = sorted(dealt)
+    survivors = sorted(masked)
+    strangers = sorted(set(survivors) - set(sharers))
+    if strangers:
+        reasons.append(f"masked uploads from {strangers}, who dealt no shares")
+    if len(survivors) < roster.threshold:
+        reasons.append(f"{len(survivors)} masked upload(s) {survivors}, threshold is {roster.threshold}")
+    lengths = sorted({len(v) for v in masked.values()})
+    if len(lengths) > 1:
+        reasons.append(f"masked uploads differ in length: {lengths}")
+    answered = sorted(responses)
+    if len(answered) < roster.threshold:
+        reasons.append(f"{len(answered)} unmasking answer(s) {answered}, threshold is {roster.threshold}")
+    recovered: dict[str, bytes] = {}
+    if not reasons:
+        for u in sharers:
+            kind = SEED if u in masked else KEY
+            secret = _recover(roster, dealt[u], kind, responses, rejected, reasons)
+            if secret is not None:
+                recovered[u] = secret
+    if reasons:
+        raise SecureAggregationError(
+            f"secure aggregation of {roster.context!r} cannot recover the sum: " + "; ".join(reasons),
+            fix="Fix or drop the named tenants and re-run the round, or lower secure_aggregation.threshold "
+            "(it must stay above half the sampled tenants).",
+        )
+    n = lengths[0]
+    total = np.zeros(n, dtype=np.uint64)
+    for u in survivors:
+        total = total + np.asarray(masked[u], dtype=np.uint64) - prg.mask(recovered[u], n)
+    for u in sorted(set(sharers) - set(survivors)):
+        for v in survivors:
+            m = prg.mask(pairwise_seed(recovered[u], roster.ads[v].mask_public, roster.context, u, v), n)
+            total = total - m if v < u else total + m  # v added +m when v < u, else -m
+    return UnmaskResult(total=total, rejected_shares=rejected)

@@ -1,0 +1,181 @@
+"""The SecAgg protocol end to end in memory: sums, dropouts, thresholds, corruption, privacy."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fedtune.core.errors import SecureAggregationError
+from fedtune.secagg import fixedpoint, keys, prg
+from fedtune.secagg import protocol as p
+
+FRAC = 24
+
+
+@dataclass
+class Round:
+    names: list[str]
+    roster: p.Roster
+    secrets: dict[str, p.TenantSecrets]
+    dealt: dict[str, p.Dealt]
+    held: dict[str, dict[str, dict[str, int]]]
+    values: dict[str, np.ndarray]
+
+
+def setup_round(n: int = 5, t: int = 3, size: int = 64, seed: int = 0) -> Round:
+    names = [f"t{i}" for i in range(n)]
+    secrets = {name: p.TenantSecrets.new() for name in names}
+    roster = p.Roster("job|round-1", t, {x: secrets[x].advertisement(x) for x in names})
+    dealt = {}
+    for name in names:
+        secrets[name], dealt[name] = p.deal(name, secrets[name], roster)
+    held = {}
+    for name in names:
+        held[name], problems = p.open_shares(name, secrets[name], roster, dealt)
+        assert problems == {}
+    rng = np.random.default_rng(seed)
+    values = {name: rng.normal(size=size) * (i + 1) for i, name in enumerate(names)}
+    return Round(names, roster, secrets, dealt, held, values)
+
+
+def upload(r: Round, who: list[str]) -> dict[str, np.ndarray]:
+    enc = {x: fixedpoint.encode(r.values[x], FRAC, len(r.names)) for x in who}
+    return {x: p.mask(x, r.secrets[x], r.roster, r.names, enc[x]) for x in who}
+
+
+def answers(r: Round, survivors: list[str], responders: list[str]) -> dict:
+    return {v: p.respond(v, r.held[v], r.names, survivors, r.roster.threshold) for v in responders}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_unmasked_sum_equals_plain_sum(seed: int) -> None:
+    r = setup_round(seed=seed)
+    result = p.unmask(r.roster, r.dealt, upload(r, r.names), answers(r, r.names, r.names))
+    plain = sum(r.values.values())
+    assert np.abs(fixedpoint.decode(result.total, FRAC) - plain).max() <= len(r.names) * 2.0**-(FRAC + 1)
+    assert result.rejected_shares == []
+
+
+@pytest.mark.parametrize("dropped", [["t1"], ["t0", "t4"], ["t2", "t3"]])
+def test_dropouts_after_sharing_leave_the_survivors_sum(dropped: list[str]) -> None:
+    r = setup_round(n=5, t=3)
+    survivors = [x for x in r.names if x not in dropped]
+    result = p.unmask(r.roster, r.dealt, upload(r, survivors), answers(r, survivors, survivors))
+    plain = sum(r.values[x] for x in survivors)
+    assert np.abs(fixedpoint.decode(result.total, FRAC) - plain).max() < 1e-6
+
+
+def test_below_threshold_lists_every_reason() -> None:
+    r = setup_round(n=5, t=3)
+    survivors = ["t0", "t1", "t2"]
+    masked = upload(r, survivors[:2])
+    with pytest.raises(SecureAggregationError) as info:
+        p.unmask(r.roster, r.dealt, masked, answers(r, survivors, survivors[:2]))
+    text = str(info.value)
+    assert "2 masked upload(s) ['t0', 't1'], threshold is 3" in text
+    assert "2 unmasking answer(s) ['t0', 't1'], threshold is 3" in text
+    assert "secure_aggregation.threshold" in info.value.fix
+
+
+def test_corrupted_share_is_named_and_the_round_goes_on() -> None:
+    r = setup_round(n=5, t=3)
+    resp = answers(r, r.names, r.names)
+    resp["t2"]["seed"]["t0"] = "1234"
+    result = p.unmask(r.roster, r.dealt, upload(r, r.names), resp)
+    assert result.rejected_shares == ["share of 't0''s seed revealed by 't2' does not match 't0''s commitment"]
+    assert np.abs(fixedpoint.decode(result.total, FRAC) - sum(r.values.values())).max() < 1e-6
+
+
+def test_corruption_below_threshold_fails_naming_the_dealer() -> None:
+    r = setup_round(n=3, t=2)
+    resp = answers(r, r.names, r.names)
+    for v in ("t1", "t2"):
+        resp[v]["seed"]["t0"] = "ff"
+    with pytest.raises(SecureAggregationError, match="'t0''s seed: 1 valid share"):
+        p.unmask(r.roster, r.dealt, upload(r, r.names), resp)
+
+
+def test_a_dealer_with_inconsistent_shares_is_named() -> None:
+    r = setup_round(n=3, t=2)
+    # t0 commits to shares of a different polynomial than its seed hash says.
+    bad = r.dealt["t0"]
+    r.dealt["t0"] = p.Dealt(bad.dealer, bad.sealed, bad.commitments, "0" * 64)
+    with pytest.raises(SecureAggregationError, match="'t0' dealt inconsistent shares of its seed"):
+        p.unmask(r.roster, r.dealt, upload(r, r.names), answers(r, r.names, r.names))
+
+
+def test_tampered_sealed_share_is_detected_by_its_recipient() -> None:
+    r = setup_round(n=3, t=2)
+    blob = bytearray.fromhex(r.dealt["t0"].sealed["t1"])
+    blob[-1] ^= 1
+    r.dealt["t0"].sealed["t1"] = blob.hex()
+    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, r.dealt)
+    assert "t0" not in held
+    assert problems == {"t0": "the share sealed by 't0' for 't1' is missing or fails authentication"}
+
+
+def test_a_tenant_refuses_to_reveal_both_shares_of_one_tenant() -> None:
+    r = setup_round(n=5, t=3)
+    first = p.respond("t1", r.held["t1"], r.names, r.names, 3)
+    with pytest.raises(SecureAggregationError, match="already answered") as info:
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2", "t3"], 3, previous=first)
+    assert "Start the round over" in info.value.fix
+    with pytest.raises(SecureAggregationError, match="below the threshold 3"):
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2"], 3)
+
+
+def test_threshold_must_be_a_majority_of_the_roster() -> None:
+    s = {x: p.TenantSecrets.new() for x in "abcd"}
+    roster = p.Roster("c", 2, {x: s[x].advertisement(x) for x in s})
+    with pytest.raises(SecureAggregationError, match=r"threshold 2 for a roster of 4 tenants is not in 3..4"):
+        p.deal("a", s["a"], roster)
+
+
+def test_a_replaced_key_in_the_roster_is_refused() -> None:
+    s = {x: p.TenantSecrets.new() for x in "abc"}
+    ads = {x: s[x].advertisement(x) for x in s}
+    ads["a"] = p.TenantSecrets.new().advertisement("a")
+    with pytest.raises(SecureAggregationError, match="does not carry tenant 'a'"):
+        p.deal("a", s["a"], p.Roster("c", 2, ads))
+
+
+def test_messages_round_trip_through_json() -> None:
+    r = setup_round(n=3, t=2)
+    assert p.Roster.from_json(json.loads(json.dumps(r.roster.to_json()))) == r.roster
+    assert p.Dealt.from_json(json.loads(json.dumps(r.dealt["t0"].to_json()))) == r.dealt["t0"]
+    assert p.TenantSecrets.from_json(json.loads(json.dumps(r.secrets["t0"].to_json()))) == r.secrets["t0"]
+
+
+def test_the_provider_cannot_unmask_a_single_upload() -> None:
+    """Everything the provider holds after a round with a dropout, thrown at one upload."""
+    r = setup_round(n=5, t=3, size=4096)
+    survivors = ["t0", "t1", "t2", "t3"]
+    masked = upload(r, survivors)
+    resp = answers(r, survivors, survivors)
+    p.unmask(r.roster, r.dealt, masked, resp)  # the legitimate result works
+    # The provider reconstructs every secret its answers allow: seeds of survivors, keys of
+    # the dropped t4. It removes from t0's upload the self-mask and the pairwise mask with t4.
+    from fedtune.secagg import shamir
+
+    def rebuild(u: str, kind: str) -> bytes | None:
+        got = {r.roster.point(v): int(a[kind][u], 16) for v, a in resp.items() if u in a[kind]}
+        return shamir.combine(got, 3) if len(got) >= 3 else None
+
+    assert rebuild("t0", "key") is None  # no answer reveals a survivor's mask key
+    seed0, key4 = rebuild("t0", "seed"), rebuild("t4", "key")
+    n = 4096
+    y = masked["t0"] - prg.mask(seed0, n)
+    y = y - prg.mask(p.pairwise_seed(key4, r.roster.ads["t0"].mask_public, r.roster.context, "t4", "t0"), n)
+    guess = fixedpoint.decode(y, FRAC)
+    truth = r.values["t0"]
+    assert np.abs(guess - truth).min() > 1.0  # nowhere near any coordinate
+    assert abs(np.corrcoef(guess, truth)[0, 1]) < 0.1
+    # Wrapping the guess into the ring: uniform bits, as any fresh mask.
+    assert 0.45 < float(np.mean(y >> np.uint64(63))) < 0.55
+    # Nor can it open the sealed shares: the channel keys need a tenant's private key.
+    fake = keys.generate()
+    ch = keys.agree(fake.private, r.roster.ads["t0"].channel_public, b"any")
+    assert keys.open_sealed(ch, bytes.fromhex(r.dealt["t0"].sealed["t1"]), b"job|round-1|t0->t1") is None
