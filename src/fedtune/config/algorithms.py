@@ -517,6 +517,11 @@ class FedMKTConfig(StrictModel):
     eval_max_new_tokens: int = Field(
         32, ge=1, le=4096, description="Most tokens generated per answer scored by Rouge-L."
     )
+    llm_frozen: bool = Field(
+        False,
+        description="LLM2SLM (the paper's one-way baseline): the provider never distils the "
+        "tenants' knowledge into the LLM; it only broadcasts the frozen LLM's knowledge.",
+    )
 
     @model_validator(mode="after")
     def _ce_weight_in_unit_interval(self) -> FedMKTConfig:

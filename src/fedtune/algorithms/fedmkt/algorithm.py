@@ -159,11 +159,15 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
             raise UpdateRejected(f"tenant {tenant!r}: knowledge message rejected: " + "; ".join(problems))
 
     def aggregate(self, ctx: ProviderContext, state: ServerState, updates: dict[str, Update], round_index: int) -> ServerState:
-        """Algorithm 1 (server): align -> DualMinCE -> distil into the LLM -> its new knowledge."""
+        """Algorithm 1 (server): align -> DualMinCE -> distil into the LLM -> its new knowledge.
+        With ``llm_frozen`` (LLM2SLM) the tenants' knowledge is not used: the LLM stays as it
+        is and only its knowledge is recomputed for the broadcast."""
         llm_tok = ctx.tokenizer()
         examples = self._public(ctx.public_examples())
         side, chars = public.side(llm_tok, examples, ctx.training.max_seq_len)
         model = ctx.peft_model(state.group("adapter"))
+        if self.config.llm_frozen:
+            return self._frozen(ctx, state, model, llm_tok, side, chars, round_index)
         own = self._knowledge(ctx, model, llm_tok, side, chars, 1)
         received = {name: Knowledge.from_tensors(u.tensors) for name, u in updates.items()}
         tokenizers = self._tenant_tokenizers(ctx)
@@ -180,15 +184,28 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         metrics.update({f"fedmkt/llm_kd_{k}": v for k, v in trained.items()})
         metrics["eval/llm/public_ce_before"] = float(np.mean(own.ce))
         metrics["eval/llm/public_ce"] = float(np.mean(after.ce))
-        everything = ctx.public_examples()
-        held_out = everything[len(everything) - self.config.llm_eval_size :] if self.config.llm_eval_size else []
-        metrics.update(self._score(model, llm_tok, held_out, everything, "eval/llm"))
+        metrics.update(self._llm_scores(ctx, model, llm_tok))
         for name, k in received.items():
             metrics[f"eval/{name}/public_ce"] = float(np.mean(k.ce))
         return ServerState(
             tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **after.to_tensors(KNOWLEDGE)},
             meta={"round": round_index, "public_hash": state.meta["public_hash"], "metrics": metrics},
         )
+
+    def _frozen(self, ctx: ProviderContext, state: ServerState, model: Any, llm_tok: Any, side: Side, chars: list[int], round_index: int) -> ServerState:
+        """LLM2SLM's provider step: the unchanged LLM's knowledge (and scores), no distillation."""
+        after = self._knowledge(ctx, model, llm_tok, side, chars, self.config.top_k)
+        metrics = {"eval/llm/public_ce": float(np.mean(after.ce)), **self._llm_scores(ctx, model, llm_tok)}
+        return ServerState(
+            tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **after.to_tensors(KNOWLEDGE)},
+            meta={"round": round_index, "public_hash": state.meta["public_hash"], "metrics": metrics},
+        )
+
+    def _llm_scores(self, ctx: ProviderContext, model: Any, llm_tok: Any) -> dict[str, float]:
+        """The LLM's scores on the public set's held-out tail (``llm_eval_size``)."""
+        everything = ctx.public_examples()
+        held_out = everything[len(everything) - self.config.llm_eval_size :] if self.config.llm_eval_size else []
+        return self._score(model, llm_tok, held_out, everything, "eval/llm")
 
     def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
         """Nothing of the LLM: tenants evaluate their own models in their client steps."""
