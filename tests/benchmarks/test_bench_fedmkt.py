@@ -16,7 +16,8 @@ def test_fedmkt_comparison_scores_the_llm_and_every_tenants_small_model(ci_works
     results = json.loads((ci_workspace / "quality" / "results.json").read_text())
     rows = {row["method"]: row["metrics"] for row in results["table"]}
     assert set(rows) == {
-        "zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "standalone-small", "centralized", "fedavg-small",
+        "zero-shot", "fedmkt", "fedmkt@fedavg_small=true", "fedmkt@llm_frozen=true", "standalone-small",
+        "centralized", "fedavg-small",
     }
     tenants = sorted(results["split"]["tenants"])
     for method in ("zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "standalone-small", "fedavg-small"):
@@ -34,6 +35,7 @@ def test_fedmkt_comparison_scores_the_llm_and_every_tenants_small_model(ci_works
     assert {
         "slm/em: fedmkt > standalone-small", "slm/em: fedmkt > fedavg-small",
         "slm/em: fedmkt > fedmkt@llm_frozen=true", "llm/em: fedmkt >= centralized - 0.05",
+        "slm/em: fedmkt@fedavg_small=true > fedavg-small",
     } <= claims
     markdown = (ci_workspace / "quality" / "results.md").read_text()
     assert "| fedmkt@llm_frozen=true |" in markdown and "SLM EM tenant-1" in markdown

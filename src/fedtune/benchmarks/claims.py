@@ -77,6 +77,12 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
             ("fedmkt@llm_frozen=true", "LLM2SLM", "Table 4 (One-to-One)"),
         )
     ),
+    Claim(
+        "fedmkt@fedavg_small=true",
+        "fedavg-small",
+        "FedMKT (paper 003), Table 3 (Homogeneous, FedMKT with FedAvg): the SLMs beat FedAvg",
+        metric="slm/em",
+    ),
     Claim("fedmkt", "zero-shot", "FedMKT (paper 003), Tables 2-4: the LLM beats Zero-Shot", metric="llm/em"),
     Claim(
         "fedmkt",

@@ -50,9 +50,14 @@ FEWSHOT_METHODS: Final[tuple[str, ...]] = (
     "fewfedpit@beta=1",
 )
 
-# FedMKT's comparison (paper 003's baselines): FedMKT, LLM2SLM (the LLM frozen), and
-# Zero-Shot, Standalone SLMs, Centralized LLM, FedAvg of the (homogeneous) SLMs.
-FEDMKT_METHODS: Final[tuple[str, ...]] = ("fedmkt", "fedmkt@llm_frozen=true")
+# FedMKT's comparison (paper 003's baselines): FedMKT, FedMKT with FedAvg of the tenants'
+# identical SLMs (the paper's homogeneous FedMKT), LLM2SLM (the LLM frozen), and Zero-Shot,
+# Standalone SLMs, Centralized LLM, FedAvg of the SLMs.
+FEDMKT_METHODS: Final[tuple[str, ...]] = (
+    "fedmkt",
+    "fedmkt@fedavg_small=true",
+    "fedmkt@llm_frozen=true",
+)
 FEDMKT_BASELINES: Final[tuple[str, ...]] = (
     "zero-shot",
     "standalone-small",
