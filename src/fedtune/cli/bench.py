@@ -317,7 +317,8 @@ def _add_quality(kinds: Any) -> None:
     p.add_argument(
         "--baselines",
         type=_names,
-        help="comma-separated: zero-shot,standalone,centralized (empty: none)",
+        help="comma-separated: zero-shot,standalone,centralized, and on the small model "
+        "fedavg-small,standalone-small (empty: none)",
     )
     p.add_argument("--seeds", type=_ints, help="comma-separated seeds, e.g. 0,1,2")
     p.add_argument("--rounds", type=int, help="federated rounds")
