@@ -50,24 +50,31 @@ def _tensor_digests(path: Path) -> set[str]:
         return {hashlib.sha256(f.get_tensor(k).numpy().tobytes()).hexdigest() for k in f.keys()}
 
 
+def _exchange_keys(job: Any) -> dict[Path, list[str]]:
+    """Every tensor name in the exchange store, by file (and nothing but messages there)."""
+    out = {}
+    for path in sorted(p for p in (Path(job.workdir) / "exchange").rglob("*") if p.is_file()):
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as f:
+                out[path] = list(f.keys())
+        else:
+            assert path.suffix in (".json", ".sha256"), path
+    return out
+
+
 def test_only_knowledge_crosses_and_bytes_are_summarised(tmp_path):
     data = fedmkt_job(tmp_path, llm_eval_size=20)
     data["tenants"][0]["tracking"] = {"tracking_uri": f"sqlite:///{tmp_path / 'tenant-a-mlflow.db'}"}
     job = parse_job(data)
     summary = run_job(job, NullTracker(), RunOptions(progress=False))
     exchange = Path(job.workdir) / "exchange"
-    files = sorted(p for p in exchange.rglob("*") if p.is_file())
+    files = _exchange_keys(job)
     assert files
-    for path in files:
-        if path.suffix == ".safetensors":
-            with safe_open(str(path), "pt") as f:
-                keys = list(f.keys())
-            bad = [k for k in keys if not k.startswith(("knowledge/", "tokenizer/"))]
-            assert not bad, (path, bad)  # no adapter, no weights, in either direction
-            if "update" in path.name:
-                assert keys and all(k.startswith("knowledge/") for k in keys)
-        else:
-            assert path.suffix in (".json", ".sha256"), path
+    for path, keys in files.items():
+        bad = [k for k in keys if not k.startswith(("knowledge/", "tokenizer/"))]
+        assert not bad, (path, bad)  # no adapter (not even slm_adapter/*), no weights
+        if "update" in path.name:
+            assert keys and all(k.startswith("knowledge/") for k in keys)
     provider = Path(job.workdir) / "provider" / "jobs" / job.name
     summaries = [json.loads(p.read_text()) for p in sorted((provider / "summary").glob("round-*.json"))]
     assert len(summaries) == 2
@@ -154,3 +161,44 @@ def test_tenant_without_model_is_refused(tmp_path):
     del data["tenants"][0]["model"]
     with pytest.raises(Exception, match="tenant 'tenant-a' has no model"):
         parse_job(data)
+
+
+def homogeneous_job(tmp: Path) -> dict[str, Any]:
+    """Three tenants declaring the same small model and tokenizer, ``fedavg_small: true``."""
+    data = fedmkt_job(tmp, fedavg_small=True)
+    for tenant in data["tenants"]:
+        tenant.update(model={**SMALL, "arch": "llama"}, tokenizer="builtin")
+    return data
+
+
+def test_homogeneous_mode_averages_the_small_models_adapters(tmp_path):
+    import torch
+
+    from fedtune.core.messages import Broadcast, ServerState, Update
+    from fedtune.engines import steps
+
+    job = parse_job(homogeneous_job(tmp_path))
+    run_job(job, NullTracker(), RunOptions(progress=False))
+    for path, keys in _exchange_keys(job).items():
+        bad = [k for k in keys if not k.startswith(("knowledge/", "tokenizer/", "slm_adapter/"))]
+        assert not bad, (path, bad)  # adapters cross in this mode, never base weights
+    stores = layout.JobStores(job)
+    names = sorted(t.name for t in job.tenants)
+    uploads = [Update.load(stores.exchange(n), layout.update_key(1)) for n in names]
+    assert all(u.group("slm_adapter") for u in uploads)
+    weights = [float(u.meta["num_samples"]) for u in uploads]
+    state = ServerState.load(steps.ProviderEnv.create(job).store(), layout.state_key(1))
+    average = state.group("slm_adapter")
+    assert set(average) == set(uploads[0].group("slm_adapter"))
+    for key, value in average.items():
+        expected = sum(w * u.group("slm_adapter")[key].double() for w, u in zip(weights, uploads)) / sum(weights)
+        torch.testing.assert_close(value.double(), expected, rtol=1e-6, atol=1e-7)
+    # ... and broadcast to every tenant for round 2 (its client step starts from it)
+    for name in names:
+        sent = Broadcast.load(stores.exchange(name), layout.round_broadcast_key(2)).group("slm_adapter")
+        assert all(torch.equal(sent[k], average[k]) for k in average)
+
+
+def test_heterogeneous_job_refuses_fedavg_small(tmp_path):
+    with pytest.raises(Exception, match=r"fedavg_small: true averages .* tenant 'tenant-b' has model .*gpt2.* give every tenant the same"):
+        parse_job(fedmkt_job(tmp_path, fedavg_small=True))

@@ -68,6 +68,30 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
     Claim("fedadam", "fedavg", "FedOPT (Reddi et al. 2021): adaptive server optimizers"),
     Claim("fedyogi", "fedavg", "FedOPT (Reddi et al. 2021): adaptive server optimizers"),
     Claim("fedadagrad", "fedavg", "FedOPT (Reddi et al. 2021): adaptive server optimizers"),
+    *(
+        Claim("fedmkt", worse, f"FedMKT (paper 003), {table}: the SLMs beat {name}", metric="slm/em")
+        for worse, name, table in (
+            ("zero-shot", "Zero-Shot", "Tables 2-4"),
+            ("standalone-small", "Standalone", "Tables 2-4"),
+            ("fedavg-small", "FedAvg", "Table 3 (Homogeneous)"),
+            ("fedmkt@llm_frozen=true", "LLM2SLM", "Table 4 (One-to-One)"),
+        )
+    ),
+    Claim(
+        "fedmkt@fedavg_small=true",
+        "fedavg-small",
+        "FedMKT (paper 003), Table 3 (Homogeneous, FedMKT with FedAvg): the SLMs beat FedAvg",
+        metric="slm/em",
+    ),
+    Claim("fedmkt", "zero-shot", "FedMKT (paper 003), Tables 2-4: the LLM beats Zero-Shot", metric="llm/em"),
+    Claim(
+        "fedmkt",
+        "centralized",
+        "FedMKT (paper 003), Tables 2-4: the LLM rivals Centralized (~96% of it)",
+        strict=False,
+        metric="llm/em",
+        margin=0.05,
+    ),
     Claim("fedbiot", "offsite-tuning", "FedBiOT (Wu et al. 2024): beats Offsite-tuning"),
     Claim("fedbiot", "fedot", "FedBiOT (Wu et al. 2024): beats FedOT"),
     Claim("fedpt", "fedavg-small", "FedPT (paper 002): beats federated tuning of the small model"),

@@ -61,13 +61,15 @@ def bench_job(
     algorithm_overrides: Mapping[str, Any] | None = None,
     data_dir: Path | None = None,
     clients_per_round: int | None = None,
+    tenant_model_dir: Path | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
     No tenant data is held out (``eval_fraction: 0``): the benchmarks score on the suite's
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline. The
     tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
-    its own folder), the public set always from the suite.
+    its own folder), the public set always from the suite. ``tenant_model_dir``: every
+    tenant's own small model (FedMKT), a pretrained folder with its tokenizer.
     """
     params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
     if algorithm == "scaffold" and settings.optimizer != "sgd":
@@ -103,6 +105,11 @@ def bench_job(
             },
             "tenants": [
                 {"name": t, "data_uri": str(((data_dir or suite_dir) / f"{t}.jsonl").resolve())}
+                | (
+                    {"model": {"source": "pretrained", "uri": str(tenant_model_dir.resolve())}}
+                    if tenant_model_dir
+                    else {}
+                )
                 for t in tenants
             ],
             "public_data_uri": str((suite_dir / "public.jsonl").resolve()),

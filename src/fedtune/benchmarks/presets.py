@@ -3,7 +3,9 @@
 
 Each preset has two quality settings: ``quality`` on the suite's tenants, and
 ``fewshot_quality`` (``fedtune bench quality --split fewshot``), FewFedPIT's comparison on the
-few-shot split with the memorization audit.
+few-shot split with the memorization audit. ``fedmkt_quality`` (``fedtune bench quality
+--comparison fedmkt``) is FedMKT's comparison: the benchmark's model as the LLM, the ``small``
+model as every tenant's SLM, against Zero-Shot, Standalone, Centralized, FedAvg and LLM2SLM.
 
 Command-line options override single fields of a preset; everything else follows it, so a
 workspace pretrained with one preset is benchmarked with the same one.
@@ -33,6 +35,7 @@ class Preset:
     models: dict[str, PretrainSpec]
     quality: QualitySpec
     fewshot_quality: QualitySpec
+    fedmkt_quality: QualitySpec
     system: SystemSpec = field(default_factory=SystemSpec)
 
 
@@ -45,6 +48,21 @@ FEWSHOT_METHODS: Final[tuple[str, ...]] = (
     "fewfedpit@beta=0",
     "fewfedpit@beta=0.5",
     "fewfedpit@beta=1",
+)
+
+# FedMKT's comparison (paper 003's baselines): FedMKT, FedMKT with FedAvg of the tenants'
+# identical SLMs (the paper's homogeneous FedMKT), LLM2SLM (the LLM frozen), and Zero-Shot,
+# Standalone SLMs, Centralized LLM, FedAvg of the SLMs.
+FEDMKT_METHODS: Final[tuple[str, ...]] = (
+    "fedmkt",
+    "fedmkt@fedavg_small=true",
+    "fedmkt@llm_frozen=true",
+)
+FEDMKT_BASELINES: Final[tuple[str, ...]] = (
+    "zero-shot",
+    "standalone-small",
+    "centralized",
+    "fedavg-small",
 )
 
 
@@ -76,6 +94,14 @@ _DEFAULT = Preset(
         local_steps=4,
         eval_every=5,
         algorithm_params={"fewfedpit": {"candidates": 8, "keep": 4, "max_new_tokens": 32}},
+    ),
+    # Knowledge on the first 128 public records, top-64 (the paper: k = 128 on all of its
+    # public set), the paper's distillation batch of 4: a run takes about a minute.
+    fedmkt_quality=QualitySpec(
+        algorithms=FEDMKT_METHODS,
+        baselines=FEDMKT_BASELINES,
+        eval_every=4,
+        algorithm_params={"fedmkt": {"public_size": 128, "top_k": 64}},
     ),
     system=SystemSpec(),
 )
@@ -133,6 +159,12 @@ _CI = Preset(
                 "max_new_tokens": 8,
             }
         },
+    ),
+    fedmkt_quality=replace(
+        _CI_QUALITY,
+        algorithms=FEDMKT_METHODS,
+        baselines=FEDMKT_BASELINES,
+        algorithm_params={"fedmkt": {"public_size": 8, "top_k": 8, "kd_batch_size": 4}},
     ),
     system=SystemSpec(
         batch_size=4,

@@ -16,7 +16,17 @@ once registered) and the baselines of the papers:
 - ``centralized``: all tenants' data pooled as one tenant, with as many steps per round as
   the whole federation takes (FedMKT's Centralized, the usual upper bound). Single-client
   algorithms (Offsite-tuning) run on the same pooled data;
-- ``fedavg-small``: FedAvg on the workspace's ``small`` model (FedPT's "FedAvg (760M)").
+- ``fedavg-small``: FedAvg on the workspace's ``small`` model (FedPT's "FedAvg (760M)";
+  FedMKT's FedAvg of the tenants' homogeneous small models);
+- ``standalone-small``: each tenant's ``small`` model trained alone (FedMKT's Standalone SLMs).
+
+FedMKT (and its variants, e.g. ``fedmkt@llm_frozen=true``, the paper's LLM2SLM) runs the
+benchmark's model as the provider's LLM and the workspace's ``small`` model as every tenant's
+own small model. Its rows score each model on the suite's test set: ``llm/em`` (the LLM, also
+``em``), ``slm/em/<tenant>`` (each tenant's final small model), ``slm/em`` and
+``slm/local_em`` (their means; local: each on its own tenant's task mix). With FedMKT among the
+methods every row names the model it scored: ``llm/em`` for methods on the benchmark's model,
+``slm/*`` for those on the small model (Zero-Shot gets both).
 
 FedPT and FedAvg+PT federate the ``small`` model with the benchmark's model (``large`` by
 default) as the provider's large model; their ``em`` is the proxy-tuned large model's (Eq. 3,
@@ -59,7 +69,7 @@ from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
-from fedtune.core.messages import ServerState
+from fedtune.core.messages import ClientState, ServerState
 from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
@@ -83,7 +93,9 @@ FEDIT: Final[tuple[str, ...]] = (
 )
 BASELINES: Final[tuple[str, ...]] = ("zero-shot", "standalone", "centralized")
 # Run only when asked (FedPT's comparison): FedAvg on the workspace's small model.
-EXTRA_BASELINES: Final[tuple[str, ...]] = ("fedavg-small",)
+EXTRA_BASELINES: Final[tuple[str, ...]] = ("fedavg-small", "standalone-small")
+# Algorithms whose tenants each train their own small model (the workspace's ``small``).
+TENANT_MODELS: Final[frozenset[str]] = frozenset({"fedmkt"})
 # Algorithms that federate the small model and proxy-tune the benchmark's model with it.
 PROXY_TUNED: Final[frozenset[str]] = frozenset({"fedpt", "fedavg-pt"})
 SMALL_MODEL: Final = "small"
@@ -207,8 +219,9 @@ class _Bench:
         self.participants = self._participants()
         self.shares = {t: category_shares(self.split_manifest, t) for t in self.tenants}
         base, tokenizer = load_pretrained(str(self.model_dir))
+        self.test_records = read_set(workspace.suite_dir, "test")
         self.eval_set = EvalSet(
-            read_set(workspace.suite_dir, "test"),
+            self.test_records,
             tokenizer,
             max_seq_len=spec.max_seq_len,
             batch_size=spec.eval_batch_size,
@@ -225,6 +238,9 @@ class _Bench:
         if self.audit is not None:
             self.zero_shot.update(self.audit(base, tokenizer))
         self._small_zero_shot: Metrics | None = None
+        # Rows name the model they score (LLM or SLM) when FedMKT is compared.
+        self.per_model = any(parse_method(a).algorithm in TENANT_MODELS for a in spec.algorithms)
+        self._eval_sets: dict[str, EvalSet] = {}
 
     def _participants(self) -> int:
         """Tenants training per round (what Centralized's steps per round are matched to)."""
@@ -266,6 +282,7 @@ class _Bench:
         model_dir: Path | None = None,
         variant: Mapping[str, Any] | None = None,
     ) -> JobConfig:
+        tenant_model = self.small_dir if algorithm in TENANT_MODELS else None
         overrides: dict[str, Any] | None = dict(variant) if variant else None
         if algorithm in PROXY_TUNED:
             # Tenants federate the small model; the benchmark's model is the large black box.
@@ -292,6 +309,7 @@ class _Bench:
             data_dir=self.data_dir,
             # One pooled tenant trains every round.
             clients_per_round=self.spec.clients_per_round if len(tenants) > 1 else None,
+            tenant_model_dir=tenant_model,
         )
 
     def run(self, job: JobConfig) -> list[Metrics]:
@@ -309,10 +327,44 @@ class _Bench:
                 metrics["train_loss"] = float(train_loss[round_index])
             rows.append(metrics)
         rows[-1].update(_client_totals(summary["rounds"]))
+        if job.algorithm.name in TENANT_MODELS:
+            rows[-1].update(self.score_tenant_models(job))
+        if self.per_model:
+            on_small = Path(str(getattr(job.model, "uri", ""))).resolve() == self.small_dir.resolve()
+            for row in rows:
+                row.update(_as_model(row, "slm" if on_small else "llm", [t.name for t in job.tenants]))
         if self.audit is not None:
             # The final global model, prompted with the tenants' training prompts.
             rows[-1].update(self.audit(*self.model_of(env, state, job.workdir, round_index)))
         return rows
+
+    def eval_set_for(self, tokenizer: Any) -> EvalSet:
+        """The test set encoded with ``tokenizer`` (one per distinct vocabulary)."""
+        from fedtune.algorithms.fedmkt.vocab import content_hash
+
+        key = content_hash(tokenizer)
+        if key not in self._eval_sets:
+            self._eval_sets[key] = EvalSet(
+                self.test_records, tokenizer,
+                max_seq_len=self.spec.max_seq_len, batch_size=self.spec.eval_batch_size,
+            )
+        return self._eval_sets[key]
+
+    def score_tenant_models(self, job: JobConfig) -> Metrics:
+        """Each tenant's final small model (its last kept state) on the suite's test set:
+        ``slm/em/<tenant>``, and over tenants ``slm/em``, ``slm/local_em``, ``slm/test_loss``."""
+        per_tenant: dict[str, Metrics] = {}
+        for tenant in (t.name for t in job.tenants):
+            env = steps.TenantEnv.create(job, tenant)
+            state = ClientState.load(env.own, layout.client_state_key(job.rounds))
+            adapter = {k.removeprefix("adapter/"): v for k, v in state.tensors.items() if k.startswith("adapter/")}
+            tokenizer = env.ctx.tokenizer()
+            per_tenant[tenant] = evaluate_model(env.ctx.peft_model(adapter), self.eval_set_for(tokenizer), tokenizer)
+        metrics = {f"slm/em/{t}": m["em"] for t, m in per_tenant.items()}
+        metrics["slm/em"] = statistics.fmean(m["em"] for m in per_tenant.values())
+        metrics["slm/test_loss"] = statistics.fmean(m["test_loss"] for m in per_tenant.values())
+        metrics["slm/local_em"] = statistics.fmean(local_score(m, self.shares[t]) for t, m in per_tenant.items())
+        return metrics
 
     def model_of(
         self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
@@ -411,6 +463,10 @@ class _Bench:
             )
             return self.run(job)
 
+    def standalone_small(self, seed: int) -> list[Metrics]:
+        """Each tenant's small model trained alone (FedMKT's Standalone SLMs)."""
+        return self.standalone(seed, self.small_dir)
+
     def fedavg_small(self, seed: int) -> list[Metrics]:
         """FedAvg on the small model (FedPT's small-model baseline)."""
         with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
@@ -425,7 +481,7 @@ class _Bench:
             )
             return self.run(job)
 
-    def standalone(self, seed: int) -> list[Metrics]:
+    def standalone(self, seed: int, model_dir: Path | None = None) -> list[Metrics]:
         per_tenant: dict[str, list[Metrics]] = {}
         for tenant in self.tenants:
             with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
@@ -436,6 +492,7 @@ class _Bench:
                     seed=seed,
                     workdir=Path(tmp),
                     local_steps=self.spec.local_steps,
+                    model_dir=model_dir,
                 )
                 per_tenant[tenant] = self.run(job)
         rows = []
@@ -448,11 +505,28 @@ class _Bench:
                 for t, r in zip(self.tenants, round_rows, strict=True)
             )
             row["round"] = float(self.spec.eval_rounds()[index])
+            if self.per_model and model_dir is not None:
+                # Each tenant's own model, as FedMKT's rows report them.
+                row.update({f"slm/em/{t}": r["em"] for t, r in zip(self.tenants, round_rows, strict=True)})
+                row["slm/local_em"] = row["local_em"]
             rows.append(row)
         return rows
 
     def zero_shot_rows(self) -> list[Metrics]:
-        return [{**self.zero_shot, "round": float(r)} for r in self.spec.eval_rounds()]
+        row = dict(self.zero_shot)
+        if self.per_model:
+            row |= _as_model(row, "llm", self.tenants) | _as_model(self.small_zero_shot(), "slm", self.tenants)
+        return [{**row, "round": float(r)} for r in self.spec.eval_rounds()]
+
+
+def _as_model(row: Metrics, model: str, tenants: Sequence[str]) -> Metrics:
+    """``row``'s scores under the model's name: ``llm/em``, or ``slm/em``, ``slm/local_em``,
+    ``slm/test_loss`` and ``slm/em/<tenant>`` (one shared small model), unless already there."""
+    if model == "llm" or "em" not in row:
+        return {"llm/em": row["em"]} if "em" in row else {}
+    found = {"slm/em": row["em"], "slm/test_loss": row["test_loss"], "slm/local_em": row.get("local_em", 0.0)}
+    found |= {f"slm/em/{t}": row["em"] for t in tenants}
+    return {k: v for k, v in found.items() if k not in row}
 
 
 def _client_totals(rounds: Sequence[Mapping[str, Any]]) -> Metrics:
@@ -509,6 +583,8 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
             record("centralized", "baseline", seed, partial(bench.pooled, "fedavg", seed))
         if "fedavg-small" in spec.baselines:
             record("fedavg-small", "baseline", seed, partial(bench.fedavg_small, seed))
+        if "standalone-small" in spec.baselines:
+            record("standalone-small", "baseline", seed, partial(bench.standalone_small, seed))
     table = summarize(runs)
     return {
         "spec": spec.to_json(),

@@ -77,6 +77,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _per_model_lines(results)
     if results.get("claims"):
         lines += [
             "",
@@ -89,6 +90,31 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
                 f"{2 * claim['se']:.3f} | {claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _per_model_lines(results: Mapping[str, Any]) -> list[str]:
+    """FedMKT's per-model table: the LLM's EM and each tenant's small model's ("-": the method
+    has no such model), when the results name models (``llm/em``, ``slm/em/<tenant>``)."""
+    table = results["table"]
+    if not any("slm/em" in row["metrics"] for row in table):
+        return []
+    tenants = sorted(
+        {k.split("/", 2)[2] for row in table for k in row["metrics"] if k.startswith("slm/em/")}
+    )
+    keys = ["llm/em", "slm/em", "slm/local_em", *(f"slm/em/{t}" for t in tenants)]
+    lines = [
+        "",
+        "Per model: the LLM (the benchmark's model) and the tenants' small models, each scored "
+        "on the test set; SLM = mean over tenants, SLM local = each on its own tenant's task mix.",
+        "",
+        "| method | LLM EM | SLM EM | SLM local EM | " + " | ".join(f"SLM EM {t}" for t in tenants) + " |",
+        "|---|" + "---:|" * len(keys),
+    ]
+    for row in table:
+        metrics = row["metrics"]
+        cells = [_pm(metrics[k]) if k in metrics else "-" for k in keys]
+        lines.append(f"| {row['method']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _synthetic(metrics: Mapping[str, Mapping[str, float]]) -> str:

@@ -224,9 +224,17 @@ def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
+    from fedtune.core.errors import ConfigError
 
     preset = get_preset(args.preset)
+    if args.comparison == "fedmkt" and args.split == "fewshot":
+        raise ConfigError(
+            "--comparison fedmkt runs on the suite's tenants, not --split fewshot",
+            fix="Drop --split fewshot (or --comparison fedmkt).",
+        )
     spec = preset.fewshot_quality if args.split == "fewshot" else preset.quality
+    if args.comparison == "fedmkt":
+        spec = preset.fedmkt_quality
     changes: dict[str, Any] = {}
     for option in (
         "algorithms",
@@ -292,6 +300,14 @@ def _add_quality(kinds: Any) -> None:
         "FedIT's methods, Centralized, fewfedpit at beta 0/0.5/1, leakage audit",
     )
     p.add_argument(
+        "--comparison",
+        choices=["fedit", "fedmkt"],
+        default="fedit",
+        help="the preset's methods: FedIT's (default), or FedMKT's comparison (fedmkt, LLM2SLM "
+        "as fedmkt@llm_frozen=true, zero-shot, standalone-small, centralized, fedavg-small; "
+        "the LLM and every tenant's small model scored)",
+    )
+    p.add_argument(
         "--algorithms",
         type=_names,
         help="comma-separated methods: registered algorithms, or variants "
@@ -301,7 +317,8 @@ def _add_quality(kinds: Any) -> None:
     p.add_argument(
         "--baselines",
         type=_names,
-        help="comma-separated: zero-shot,standalone,centralized (empty: none)",
+        help="comma-separated: zero-shot,standalone,centralized, and on the small model "
+        "fedavg-small,standalone-small (empty: none)",
     )
     p.add_argument("--seeds", type=_ints, help="comma-separated seeds, e.g. 0,1,2")
     p.add_argument("--rounds", type=int, help="federated rounds")

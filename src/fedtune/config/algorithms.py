@@ -517,6 +517,19 @@ class FedMKTConfig(StrictModel):
     eval_max_new_tokens: int = Field(
         32, ge=1, le=4096, description="Most tokens generated per answer scored by Rouge-L."
     )
+    fedavg_small: bool = Field(
+        False,
+        description="Homogeneous mode (paper 003, Table 3): every tenant declares the same "
+        "small model (equal `model:` and `tokenizer:` entries, the job's `lora:` on all); each "
+        "round the provider also averages the small models' LoRA adapters (FedAvg, weighted by "
+        "samples) and broadcasts the average, which every tenant starts its next round from. "
+        "Only adapters cross, never base weights.",
+    )
+    llm_frozen: bool = Field(
+        False,
+        description="LLM2SLM (the paper's one-way baseline): the provider never distils the "
+        "tenants' knowledge into the LLM; it only broadcasts the frozen LLM's knowledge.",
+    )
 
     @model_validator(mode="after")
     def _ce_weight_in_unit_interval(self) -> FedMKTConfig:

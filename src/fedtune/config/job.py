@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -400,11 +400,27 @@ class JobConfig(StrictModel):
                     f"tenant {tenant.name!r} has no model: {self.algorithm.name} trains each "
                     "tenant's own small model; add `model:` (and `tokenizer:`) to its entry"
                 )
+        if getattr(self.algorithm, "fedavg_small", False):
+            self._check_same_small_model()
         if own and not self.public_data_uri:
             raise ValueError(
                 f"{self.algorithm.name} transfers knowledge on a public set, but public_data_uri "
                 "is not set; set it to a JSON Lines dataset every party may read"
             )
+
+    def _check_same_small_model(self) -> None:
+        """FedMKT's homogeneous mode averages adapters: every tenant's small model must match."""
+        first = self.tenants[0]
+        for tenant in self.tenants[1:]:
+            if tenant.model != first.model or (tenant.tokenizer or "auto") != (first.tokenizer or "auto"):
+                raise ValueError(
+                    "algorithm.fedavg_small: true averages the tenants' small-model adapters, so "
+                    f"every tenant needs the same model and tokenizer, but tenant {tenant.name!r} "
+                    f"has model {_shown(tenant.model)}, tokenizer {tenant.tokenizer or 'auto'!r} "
+                    f"and tenant {first.name!r} has model {_shown(first.model)}, tokenizer "
+                    f"{first.tokenizer or 'auto'!r}; give every tenant the same `model:` and "
+                    "`tokenizer:`, or remove fedavg_small (heterogeneous FedMKT)"
+                )
 
     def _check_tenant_base(self) -> None:
         """Tenants read base weights only where the job names a tenant-readable copy."""
@@ -441,3 +457,8 @@ class JobConfig(StrictModel):
         if not self.audit.enabled:
             return []
         return sorted(self.audit.tenants or [t.name for t in self.tenants])
+
+
+def _shown(model: Any) -> str:
+    """A tenant model entry as its set fields (for error messages)."""
+    return str(model.model_dump(exclude_defaults=True)) if model is not None else "None"

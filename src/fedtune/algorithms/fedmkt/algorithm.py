@@ -16,6 +16,11 @@
 - ``evaluate_kept`` / ``export_kept`` (tenant, after the last round): the small model's final
   scores, and the small model (base + adapter) written into the tenant's own store only.
 
+Homogeneous mode (``fedavg_small``, paper 003 Table 3; every tenant declares the same small
+model, checked by the job): tenants also upload their small model's LoRA adapter
+(``slm_adapter/*``), the provider averages them (FedAvg, weighted by samples) and broadcasts the
+average, which every tenant starts its next round from. Only adapters cross.
+
 Metric keys name the model: ``server/eval/llm/acc``, ``eval/slm/acc/<tenant>`` per round,
 ``final/slm/acc/<tenant>`` at the end (``rouge_l`` likewise).
 
@@ -30,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedtune.aggregation import weighted_mean
 from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedmkt import client, public, scoring, server
@@ -52,6 +58,7 @@ from fedtune.training.context import (
 from fedtune.training.local import make_optimizer, plan_steps, train_local
 
 KNOWLEDGE = "knowledge"
+SLM_ADAPTER = "slm_adapter"
 _DTYPES = {
     "sample": torch.int32, "ce": torch.float32, "tokens": torch.int32, "token_offsets": torch.int64,
     "positions": torch.int32, "position_offsets": torch.int64, "topk_ids": torch.int32,
@@ -128,15 +135,20 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         return state
 
     def configure_round(self, ctx: ProviderContext, state: ServerState, round_index: int) -> Broadcast:
-        tensors = {k: v for k, v in state.tensors.items() if k.startswith(KNOWLEDGE + "/")}
+        tensors = {k: v for k, v in state.tensors.items() if k.startswith((KNOWLEDGE + "/", SLM_ADAPTER + "/"))}
         tensors.update(prefixed("tokenizer", tokenizer_to_tensors(ctx.tokenizer())))
         meta = {"round": round_index, "public_hash": state.meta["public_hash"], "top_k": self.config.top_k}
         return Broadcast(tensors=tensors, meta=meta)
 
     def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
-        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE."""
+        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE (and
+        in homogeneous mode the small model's adapter, see :meth:`_check_slm_adapter`)."""
         problems: list[str] = []
         expected = {f"{KNOWLEDGE}/{name}" for name in FIELDS}
+        adapter = update.group(SLM_ADAPTER)
+        if self.config.fedavg_small:
+            expected |= {f"{SLM_ADAPTER}/{k}" for k in adapter}
+            problems += _check_slm_adapter(adapter, broadcast.group(SLM_ADAPTER))
         if set(update.tensors) != expected:
             problems.append(f"keys {sorted(set(update.tensors) ^ expected)} differ from a knowledge message")
         else:
@@ -159,11 +171,15 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
             raise UpdateRejected(f"tenant {tenant!r}: knowledge message rejected: " + "; ".join(problems))
 
     def aggregate(self, ctx: ProviderContext, state: ServerState, updates: dict[str, Update], round_index: int) -> ServerState:
-        """Algorithm 1 (server): align -> DualMinCE -> distil into the LLM -> its new knowledge."""
+        """Algorithm 1 (server): align -> DualMinCE -> distil into the LLM -> its new knowledge.
+        With ``llm_frozen`` (LLM2SLM) the tenants' knowledge is not used: the LLM stays as it
+        is and only its knowledge is recomputed for the broadcast."""
         llm_tok = ctx.tokenizer()
         examples = self._public(ctx.public_examples())
         side, chars = public.side(llm_tok, examples, ctx.training.max_seq_len)
         model = ctx.peft_model(state.group("adapter"))
+        if self.config.llm_frozen:
+            return self._frozen(ctx, state, model, llm_tok, side, chars, updates, round_index)
         own = self._knowledge(ctx, model, llm_tok, side, chars, 1)
         received = {name: Knowledge.from_tensors(u.tensors) for name, u in updates.items()}
         tokenizers = self._tenant_tokenizers(ctx)
@@ -180,15 +196,36 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         metrics.update({f"fedmkt/llm_kd_{k}": v for k, v in trained.items()})
         metrics["eval/llm/public_ce_before"] = float(np.mean(own.ce))
         metrics["eval/llm/public_ce"] = float(np.mean(after.ce))
-        everything = ctx.public_examples()
-        held_out = everything[len(everything) - self.config.llm_eval_size :] if self.config.llm_eval_size else []
-        metrics.update(self._score(model, llm_tok, held_out, everything, "eval/llm"))
+        metrics.update(self._llm_scores(ctx, model, llm_tok))
         for name, k in received.items():
             metrics[f"eval/{name}/public_ce"] = float(np.mean(k.ce))
+        return self._state(state, model, after, updates, metrics, round_index)
+
+    def _frozen(self, ctx: ProviderContext, state: ServerState, model: Any, llm_tok: Any, side: Side, chars: list[int], updates: dict[str, Update], round_index: int) -> ServerState:
+        """LLM2SLM's provider step: the unchanged LLM's knowledge (and scores), no distillation."""
+        after = self._knowledge(ctx, model, llm_tok, side, chars, self.config.top_k)
+        metrics = {"eval/llm/public_ce": float(np.mean(after.ce)), **self._llm_scores(ctx, model, llm_tok)}
+        return self._state(state, model, after, updates, metrics, round_index)
+
+    def _state(self, state: ServerState, model: Any, knowledge: Knowledge, updates: dict[str, Update], metrics: dict[str, float], round_index: int) -> ServerState:
+        """The LLM's adapter, its knowledge and, in homogeneous mode, the averaged small-model
+        adapter (FedAvg: sample-weighted mean of the tenants' uploads)."""
+        tensors = {**prefixed("adapter", lora_helpers.adapter_state(model)), **knowledge.to_tensors(KNOWLEDGE)}
+        if self.config.fedavg_small:
+            names = sorted(updates)
+            mean = weighted_mean([updates[n].group(SLM_ADAPTER) for n in names], self.client_weights(updates, names), names=names)
+            tensors.update(prefixed(SLM_ADAPTER, mean))
+            metrics["fedmkt/slm_averaged"] = float(len(names))
         return ServerState(
-            tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **after.to_tensors(KNOWLEDGE)},
+            tensors=tensors,
             meta={"round": round_index, "public_hash": state.meta["public_hash"], "metrics": metrics},
         )
+
+    def _llm_scores(self, ctx: ProviderContext, model: Any, llm_tok: Any) -> dict[str, float]:
+        """The LLM's scores on the public set's held-out tail (``llm_eval_size``)."""
+        everything = ctx.public_examples()
+        held_out = everything[len(everything) - self.config.llm_eval_size :] if self.config.llm_eval_size else []
+        return self._score(model, llm_tok, held_out, everything, "eval/llm")
 
     def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
         """Nothing of the LLM: tenants evaluate their own models in their client steps."""
@@ -206,6 +243,8 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         check_top_k(self.config.top_k, len(tok), f"tenant {ctx.tenant!r}'s tokenizer")
         kept = client_state.tensors if client_state is not None else {}
         adapter = {k[len("adapter/"):]: v for k, v in kept.items() if k.startswith("adapter/")} or None
+        if self.config.fedavg_small and broadcast.group(SLM_ADAPTER):
+            adapter = broadcast.group(SLM_ADAPTER)  # homogeneous mode: start from the average
         model = ctx.peft_model(adapter)
         cache = client.restore_cache(kept)
         side, chars = public.side(tok, examples, ctx.training.max_seq_len)
@@ -229,8 +268,11 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         metrics["public_ce"] = float(np.mean(knowledge.ce))
         scores = self._score(model, tok, list(data.eval), [*data.train, *data.eval], "eval/slm")
         metrics.update(scores)
+        tensors = knowledge.to_tensors(KNOWLEDGE)
+        if self.config.fedavg_small:
+            tensors.update(prefixed(SLM_ADAPTER, lora_helpers.adapter_state(model)))
         update = Update(
-            tensors=knowledge.to_tensors(KNOWLEDGE),
+            tensors=tensors,
             meta={
                 "num_samples": len(encoded),
                 "train_loss": result.loss,
@@ -270,3 +312,21 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
             "lora_r": str(ctx.lora_config.r), "fedtune.layout": "base+adapter",
         }
         return {"slm": Artifact(kind="base-with-adapter", path=model_dir, register=True, tags=tags)}
+
+
+def _check_slm_adapter(adapter: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> list[str]:
+    """Problems of a homogeneous-mode adapter upload: missing, non-float or non-finite tensors,
+    or (from round 2) keys and shapes other than the broadcast average's."""
+    if not adapter:
+        return [f"no {SLM_ADAPTER}/* tensors (algorithm.fedavg_small: true averages them)"]
+    problems = [f"{SLM_ADAPTER}/{k} is {t.dtype}, not floating point" for k, t in adapter.items() if not t.is_floating_point()]
+    problems += [f"{SLM_ADAPTER}/{k} holds NaN/Inf" for k, t in adapter.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if reference:
+        if set(adapter) != set(reference):
+            problems.append(f"{SLM_ADAPTER} keys {sorted(set(adapter) ^ set(reference))} differ from the broadcast average's")
+        else:
+            problems += [
+                f"{SLM_ADAPTER}/{k} has shape {tuple(t.shape)}, the average {tuple(reference[k].shape)}"
+                for k, t in adapter.items() if t.shape != reference[k].shape
+            ]
+    return problems

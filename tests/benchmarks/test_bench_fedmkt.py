@@ -1,0 +1,51 @@
+"""FedMKT's comparison in ``fedtune bench quality`` end to end on the CI preset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedtune.cli.main import main
+
+
+def test_fedmkt_comparison_scores_the_llm_and_every_tenants_small_model(ci_workspace: Path) -> None:
+    args = ["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", "--comparison", "fedmkt"]
+    assert main(args) == 0
+    results = json.loads((ci_workspace / "quality" / "results.json").read_text())
+    rows = {row["method"]: row["metrics"] for row in results["table"]}
+    assert set(rows) == {
+        "zero-shot", "fedmkt", "fedmkt@fedavg_small=true", "fedmkt@llm_frozen=true", "standalone-small",
+        "centralized", "fedavg-small",
+    }
+    tenants = sorted(results["split"]["tenants"])
+    for method in ("zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "standalone-small", "fedavg-small"):
+        assert {f"slm/em/{t}" for t in tenants} | {"slm/em", "slm/local_em"} <= set(rows[method])
+    for method in ("zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "centralized"):
+        assert "llm/em" in rows[method]
+    assert "slm/em" not in rows["centralized"]
+    runs = {(r["method"], r["seed"]): r for r in results["runs"]}
+    frozen = runs[("fedmkt@llm_frozen=true", 0)]["rounds"]
+    # LLM2SLM never trains the LLM: every round scores the zero-shot LLM.
+    zero = runs[("zero-shot", None)]["rounds"][-1]
+    assert frozen[-1]["test_loss"] == pytest.approx(zero["test_loss"], rel=1e-6)
+    assert runs[("fedmkt", 0)]["rounds"][-1]["test_loss"] != pytest.approx(zero["test_loss"], rel=1e-6)
+    claims = {c["claim"] for c in results["claims"]}
+    assert {
+        "slm/em: fedmkt > standalone-small", "slm/em: fedmkt > fedavg-small",
+        "slm/em: fedmkt > fedmkt@llm_frozen=true", "llm/em: fedmkt >= centralized - 0.05",
+        "slm/em: fedmkt@fedavg_small=true > fedavg-small",
+    } <= claims
+    markdown = (ci_workspace / "quality" / "results.md").read_text()
+    assert "| fedmkt@llm_frozen=true |" in markdown and "SLM EM tenant-1" in markdown
+
+
+def test_fedmkt_comparison_refuses_the_fewshot_split(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([
+        "bench", "quality", "--out", str(ci_workspace), "--preset", "ci",
+        "--comparison", "fedmkt", "--split", "fewshot",
+    ])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--comparison fedmkt" in err and "fewshot" in err and "Drop" in err
