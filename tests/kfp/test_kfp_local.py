@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,6 +30,18 @@ QUIET = RunOptions(progress=False)
 def final_state(job) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
     store = layout.JobStores(job).provider()
     return ServerState.load(store, layout.state_key(job.rounds)).tensors
+
+
+def run_both(local_job: Any, kfp_job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the same job with the local engine and through kfp.local; assert the final server
+    states are bitwise equal; return (local summary, kfp summary)."""
+    expected = run_job(local_job, NullTracker(), QUIET)
+    got = run_kfp_local(kfp_job, QUIET)
+    a, b = final_state(local_job), final_state(kfp_job)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    return expected, got
 
 
 @pytest.mark.slow
@@ -148,15 +161,8 @@ def test_kfp_local_fedpt_equals_the_local_engine_bitwise(tmp_path: Path) -> None
     """Distillation in separate aggregate processes reads the large model's log-probs from the
     provider's store: every round trains the same bits and queries the large model zero times."""
     local_job = two_tenant_job(tmp_path / "local", **FEDPT)
-    kfp_job = two_tenant_job(tmp_path / "kfp", **FEDPT)
-
-    expected = run_job(local_job, NullTracker(), QUIET)
-    got = run_kfp_local(kfp_job, QUIET)
-
-    a, b = final_state(local_job), final_state(kfp_job)
-    assert a.keys() == b.keys() and all(k.startswith("adapter/") for k in a)
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    expected, got = run_both(local_job, two_tenant_job(tmp_path / "kfp", **FEDPT))
+    assert all(k.startswith("adapter/") for k in final_state(local_job))
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         assert record["server_metrics"] == reference["server_metrics"]
         assert record["server_metrics"]["fedpt/large_queries"] == 0.0
@@ -174,15 +180,8 @@ def test_kfp_local_fewfedpit_equals_the_local_engine_bitwise(tmp_path: Path) -> 
     """Tenant steps generate with M^g and mix W^l with W^g in separate processes: the same
     bits and the same synthesis counts as one process."""
     local_job = two_tenant_job(tmp_path / "local", **FEWFEDPIT)
-    kfp_job = two_tenant_job(tmp_path / "kfp", **FEWFEDPIT)
-
-    expected = run_job(local_job, NullTracker(), QUIET)
-    got = run_kfp_local(kfp_job, QUIET)
-
-    a, b = final_state(local_job), final_state(kfp_job)
-    assert a.keys() == b.keys() and all(k.startswith("adapter/") for k in a)
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    expected, got = run_both(local_job, two_tenant_job(tmp_path / "kfp", **FEWFEDPIT))
+    assert all(k.startswith("adapter/") for k in final_state(local_job))
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         for tenant, values in reference["tenants"].items():
             mine = record["tenants"][tenant]
@@ -223,13 +222,9 @@ def _fedmkt_job(workdir: Path):  # type: ignore[no-untyped-def]
 def test_kfp_local_fedmkt_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
     """Heterogeneous tenants (two architectures, two tokenizers) in separate task processes:
     the LLM's adapter and knowledge are the same bits as in one process."""
-    local_job, kfp_job = _fedmkt_job(tmp_path / "local"), _fedmkt_job(tmp_path / "kfp")
-    expected = run_job(local_job, NullTracker(), QUIET)
-    got = run_kfp_local(kfp_job, QUIET)
-    a, b = final_state(local_job), final_state(kfp_job)
-    assert a.keys() == b.keys() and any(k.startswith("knowledge/") for k in a)
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    local_job = _fedmkt_job(tmp_path / "local")
+    expected, got = run_both(local_job, _fedmkt_job(tmp_path / "kfp"))
+    assert any(k.startswith("knowledge/") for k in final_state(local_job))
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         for tenant, values in reference["tenants"].items():
             assert record["tenants"][tenant]["metrics"] == values["metrics"]
