@@ -10,7 +10,6 @@ decoded in batches up front (greedy decoding does not depend on batch-mates), th
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -21,7 +20,7 @@ from fedtune.benchmarks.scoring import answer_budget
 from fedtune.data.formats import to_example
 from fedtune.data.templates import render_prompt
 from fedtune.eval.generation import generate_greedy
-from fedtune.eval.memorization import memorization_audit
+from fedtune.eval.memorization import memorization_audit, sample_indices
 
 __all__ = ["LeakageAudit"]
 
@@ -39,9 +38,7 @@ class LeakageAudit:
         max_records: int,
         seed: int = 0,
     ) -> None:
-        chosen = range(len(records))
-        if max_records < len(records):
-            chosen = sorted(random.Random(seed).sample(chosen, max_records))
+        chosen = sample_indices(len(records), max_records, seed)
         examples = [to_example(dict(records[i])) for i in chosen]
         self.pairs = [(render_prompt(e), e.response) for e in examples]
         self.max_new_tokens = answer_budget(tokenizer, [e.response for e in examples])

@@ -35,22 +35,24 @@ log = logging.getLogger(__name__)
 _RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit")
 
 
-def config_fingerprint(job: JobConfig) -> str:
-    """sha256 of the job config, minus fields a resumed run may change."""
+def _fingerprinted(job: JobConfig) -> dict[str, Any]:
+    """The job config as the fingerprint sees it: minus fields a resumed run may change."""
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
     if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
         dump.pop("secure_aggregation")
-    return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()
+    return dump
+
+
+def config_fingerprint(job: JobConfig) -> str:
+    """sha256 of the job config, minus fields a resumed run may change."""
+    return hashlib.sha256(json.dumps(_fingerprinted(job), sort_keys=True).encode()).hexdigest()
 
 
 def config_sections(job: JobConfig) -> dict[str, str]:
     """sha256 of each top-level field of the fingerprint, to name what changed."""
-    dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
-    if not job.secure_aggregation.enabled:  # as in config_fingerprint
-        dump.pop("secure_aggregation")
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
-        for key, value in dump.items()
+        for key, value in _fingerprinted(job).items()
     }
 
 

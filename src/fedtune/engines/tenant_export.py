@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedtune.config.job import TrackingConfig
 from fedtune.core.messages import ClientState
 from fedtune.engines import layout
 from fedtune.engines.steps import TenantEnv
@@ -35,17 +36,19 @@ def export_kept(env: TenantEnv, state: ClientState) -> dict[str, dict[str, Any]]
             for path in sorted(p for p in artifact.path.rglob("*") if p.is_file()):
                 env.own.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())
             entry: dict[str, Any] = {"uri": f"{env.own.uri.rstrip('/')}/{prefix}", "kind": artifact.kind}
-            if artifact.register and env.tenant.tracking is not None and env.tenant.tracking.backend == "mlflow":
-                entry.update(_register(env, name, artifact.path, artifact.tags))
+            tracking = env.tenant.tracking
+            if artifact.register and tracking is not None and tracking.backend == "mlflow":
+                entry.update(_register(env, tracking, name, artifact.path, artifact.tags))
             out[name] = entry
     return out
 
 
-def _register(env: TenantEnv, name: str, path: Path, tags: dict[str, str]) -> dict[str, Any]:
+def _register(
+    env: TenantEnv, tracking: TrackingConfig, name: str, path: Path, tags: dict[str, str]
+) -> dict[str, Any]:
+    """Register ``path`` in the tenant's own MLflow (the job's validation requires its URI)."""
     from fedtune.tracking.mlflow_tracker import MlflowTracker
 
-    tracking = env.tenant.tracking
-    assert tracking is not None and tracking.tracking_uri  # the job's validation says so
     registered = tracking.registered_model or f"{env.job.registered_model_name}-{env.tenant.name}-{name}"
     tracker = MlflowTracker(tracking.tracking_uri, tracking.experiment)
     tracker.start(run_name=f"{env.job.name}-{env.tenant.name}", params={}, tags={"fedtune.tenant": env.tenant.name})

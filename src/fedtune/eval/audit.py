@@ -15,11 +15,19 @@ from typing import Any
 
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
-from fedtune.eval.generation import greedy_generate_fn
-from fedtune.eval.memorization import AuditScores, MemorizationReport, memorization_audit
+from fedtune.eval.generation import generate_greedy
+from fedtune.eval.memorization import (
+    AuditScores,
+    MemorizationReport,
+    memorization_audit,
+    sample_indices,
+)
 
 TOP_LEAKED = 10
 """How many of the highest-scoring records a report names (by line number)."""
+
+GENERATION_BATCH = 8
+"""Prompts decoded together (left-padded; a prompt's result does not depend on its batch)."""
 
 
 @dataclass(frozen=True)
@@ -80,19 +88,26 @@ def audit_model(
         DataError: No records.
         ConfigError: ``threshold`` outside [0, 1], ``max_records`` or ``max_new_tokens`` < 1.
     """
-    generate_one = greedy_generate_fn(model, tokenizer, max_new_tokens)
+    pairs = [(render_prompt(example), example.response) for _, example in records]
+    decoded: dict[str, str] = {}
 
     def generate(prompt: str) -> str:
-        text = generate_one(prompt)
-        if on_record is not None:
-            on_record()
-        return text
+        # First call (after memorization_audit validated its arguments): decode the audit's
+        # whole sample in batches instead of one prompt at a time.
+        if not decoded:
+            chosen = [pairs[i][0] for i in sample_indices(len(pairs), max_records, seed)]
+            for start in range(0, len(chosen), GENERATION_BATCH):
+                chunk = chosen[start : start + GENERATION_BATCH]
+                texts = generate_greedy(
+                    model, tokenizer, chunk, max_new_tokens, batch_size=GENERATION_BATCH
+                )
+                decoded.update(zip(chunk, texts, strict=True))
+                for _ in chunk:
+                    if on_record is not None:
+                        on_record()
+        return decoded[prompt]
 
     report = memorization_audit(
-        generate,
-        [(render_prompt(example), example.response) for _, example in records],
-        threshold=threshold,
-        max_examples=max_records,
-        seed=seed,
+        generate, pairs, threshold=threshold, max_examples=max_records, seed=seed
     )
     return AuditOutcome(report=report, lines=tuple(records[i][0] for i in report.indices))

@@ -93,9 +93,7 @@ def memorization_audit(
             f"max_examples={max_examples} must be >= 1 (or None for all)",
             fix="FewFedPIT audits 100 examples; pass max_examples=100.",
         )
-    indices = list(range(len(examples)))
-    if max_examples is not None and max_examples < len(examples):
-        indices = sorted(random.Random(seed).sample(indices, max_examples))
+    indices = sample_indices(len(examples), max_examples, seed)
     generations: list[str] = []
     scores: list[float] = []
     for index in indices:
@@ -121,6 +119,14 @@ def memorization_audit(
         num_reproduced=reproduced,
         exceeds_threshold=mean >= threshold,
     )
+
+
+def sample_indices(count: int, max_examples: int | None, seed: int) -> list[int]:
+    """Which of ``count`` examples an audit of ``max_examples`` (None: all) scores, sorted."""
+    indices = list(range(count))
+    if max_examples is not None and max_examples < count:
+        indices = sorted(random.Random(seed).sample(indices, max_examples))
+    return indices
 
 
 def quantile(values: Sequence[float], q: float) -> float:

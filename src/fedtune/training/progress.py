@@ -11,6 +11,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +37,15 @@ def logged_progress(description: str, total: int) -> Iterator[Advance]:
     log.info("%s: %d units in %.1f s", description, done, time.perf_counter() - started)
 
 
-def rich_progress(bar: object) -> ProgressHook:
+def rich_progress(bar: Progress) -> ProgressHook:
     """A hook that adds a task to a rich ``Progress`` for the work's duration."""
 
     @contextmanager
     def hook(description: str, total: int) -> Iterator[Advance]:
-        task = bar.add_task(description, total=total)  # type: ignore[attr-defined]
+        task = bar.add_task(description, total=total)
         try:
-            yield lambda n: bar.advance(task, n)  # type: ignore[attr-defined]
+            yield lambda n: bar.advance(task, n)
         finally:
-            bar.remove_task(task)  # type: ignore[attr-defined]
+            bar.remove_task(task)
 
     return hook

@@ -63,7 +63,7 @@ class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
             files[synthetic_key(round_index)] = client.synthetic_jsonl(
                 public.kept, public.scores, round_index
             )
-        kept = ClientState(
+        state = ClientState(
             tensors=prefixed("private", private),
             meta={
                 "round": round_index,
@@ -73,4 +73,4 @@ class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
             },
             files=files,
         )
-        return Update(tensors=prefixed("adapter", mixed), meta=meta), kept
+        return Update(tensors=prefixed("adapter", mixed), meta=meta), state
