@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, secagg_steps, steps, stopping
+from fedtune.engines import layout, secagg_provider, steps, stopping
 from fedtune.engines.audit import record_audit
 from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
@@ -40,6 +40,9 @@ def _fingerprinted(job: JobConfig) -> dict[str, Any]:
     dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
     if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
         dump.pop("secure_aggregation")
+    for tenant in dump["tenants"]:
+        if tenant.get("identity_key") is None:  # unset: as before the field existed
+            tenant.pop("identity_key", None)
     return dump
 
 
@@ -275,7 +278,7 @@ def _run_round(
         stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     if env.job.secure_aggregation.enabled:
-        clients, aggregate = secagg_steps.run_round(env, runner, round_index, sampled, done)
+        clients, aggregate = secagg_provider.run_round(env, runner, round_index, sampled, done)
     else:
         # A tenant's failure costs its update, not the round: the quorum decides.
         outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)

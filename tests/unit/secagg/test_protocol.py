@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 from fedtune.core.errors import SecureAggregationError
-from fedtune.secagg import fixedpoint, keys, prg
+from fedtune.secagg import fixedpoint, identity, keys, prg
 from fedtune.secagg import protocol as p
 
 FRAC = 24
+
+
+CONTEXT = "job|round-1"
+IDENTITY = {f"t{i}": identity.generate() for i in range(12)}
+REGISTERED = {name: pair[1] for name, pair in IDENTITY.items()}
 
 
 @dataclass
@@ -25,16 +30,21 @@ class Round:
     values: dict[str, np.ndarray]
 
 
-def setup_round(n: int = 5, t: int = 3, size: int = 64, seed: int = 0) -> Round:
+def ads(secrets: dict[str, p.TenantSecrets]) -> dict[str, p.Advertisement]:
+    return {x: secrets[x].advertisement(x, CONTEXT, IDENTITY[x][0]) for x in secrets}
+
+
+def setup_round(n: int = 5, t: int = 3, size: int = 64, seed: int = 0, degree: int | None = None) -> Round:
     names = [f"t{i}" for i in range(n)]
     secrets = {name: p.TenantSecrets.new() for name in names}
-    roster = p.Roster("job|round-1", t, {x: secrets[x].advertisement(x) for x in names})
+    roster = p.Roster(CONTEXT, t, ads(secrets), tuple(names), degree, "ab" * 16)
     dealt = {}
     for name in names:
-        secrets[name], dealt[name] = p.deal(name, secrets[name], roster)
+        secrets[name], dealt[name] = p.deal(name, secrets[name], roster, REGISTERED, IDENTITY[name][0])
     held = {}
     for name in names:
-        held[name], problems = p.open_shares(name, secrets[name], roster, dealt)
+        routed = {u: d.part(name) for u, d in dealt.items() if name in d.sealed}
+        held[name], problems = p.open_shares(name, secrets[name], roster, routed, REGISTERED)
         assert problems == {}
     rng = np.random.default_rng(seed)
     values = {name: rng.normal(size=size) * (i + 1) for i, name in enumerate(names)}
@@ -47,7 +57,7 @@ def upload(r: Round, who: list[str]) -> dict[str, np.ndarray]:
 
 
 def answers(r: Round, survivors: list[str], responders: list[str]) -> dict:
-    return {v: p.respond(v, r.held[v], r.names, survivors, r.roster.threshold) for v in responders}
+    return {v: p.respond(v, r.held[v], r.names, survivors, r.roster) for v in responders}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -112,34 +122,34 @@ def test_tampered_sealed_share_is_detected_by_its_recipient() -> None:
     blob = bytearray.fromhex(r.dealt["t0"].sealed["t1"])
     blob[-1] ^= 1
     r.dealt["t0"].sealed["t1"] = blob.hex()
-    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, r.dealt)
+    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, r.dealt, REGISTERED)
     assert "t0" not in held
-    assert problems == {"t0": "the share sealed by 't0' for 't1' is missing or fails authentication"}
+    assert problems == {"t0": "the share message of 't0' for 't1' fails its signature check"}
 
 
 def test_a_tenant_refuses_to_reveal_both_shares_of_one_tenant() -> None:
     r = setup_round(n=5, t=3)
-    first = p.respond("t1", r.held["t1"], r.names, r.names, 3)
+    first = p.respond("t1", r.held["t1"], r.names, r.names, r.roster)
     with pytest.raises(SecureAggregationError, match="already answered") as info:
-        p.respond("t1", r.held["t1"], r.names, ["t1", "t2", "t3"], 3, previous=first)
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2", "t3"], r.roster, previous=first)
     assert "Start the round over" in info.value.fix
     with pytest.raises(SecureAggregationError, match="below the threshold 3"):
-        p.respond("t1", r.held["t1"], r.names, ["t1", "t2"], 3)
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2"], r.roster)
 
 
 def test_threshold_must_be_a_majority_of_the_roster() -> None:
-    s = {x: p.TenantSecrets.new() for x in "abcd"}
-    roster = p.Roster("c", 2, {x: s[x].advertisement(x) for x in s})
-    with pytest.raises(SecureAggregationError, match=r"threshold 2 for a roster of 4 tenants is not in 3..4"):
-        p.deal("a", s["a"], roster)
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(4)}
+    roster = p.Roster(CONTEXT, 2, ads(s))
+    with pytest.raises(SecureAggregationError, match=r"threshold 2 for a neighbourhood of 4 tenants is not in 3..4"):
+        p.deal("t0", s["t0"], roster, REGISTERED, IDENTITY["t0"][0])
 
 
 def test_a_replaced_key_in_the_roster_is_refused() -> None:
-    s = {x: p.TenantSecrets.new() for x in "abc"}
-    ads = {x: s[x].advertisement(x) for x in s}
-    ads["a"] = p.TenantSecrets.new().advertisement("a")
-    with pytest.raises(SecureAggregationError, match="does not carry tenant 'a'"):
-        p.deal("a", s["a"], p.Roster("c", 2, ads))
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(3)}
+    routed = ads(s)
+    routed["t0"] = p.TenantSecrets.new().advertisement("t0", CONTEXT, IDENTITY["t0"][0])
+    with pytest.raises(SecureAggregationError, match="does not carry tenant 't0'"):
+        p.deal("t0", s["t0"], p.Roster(CONTEXT, 2, routed), REGISTERED, IDENTITY["t0"][0])
 
 
 def test_messages_round_trip_through_json() -> None:
