@@ -199,7 +199,7 @@ def aggregate_step(
         "train_loss": _weighted([(m.get("train_loss"), m["num_samples"]) for m in metas]),
         "eval_loss": _weighted([(m.get("eval_loss"), m["num_samples"]) for m in metas]),
         "metrics": {**dict(new_state.meta.get("metrics") or {}), "secagg/rejected_shares": len(result.rejected_shares)},
-        "secagg": {"rejected_shares": result.rejected_shares},
+        "secagg": {"rejected_shares": result.rejected_shares, "offenders": result.offenders},
     }
 
 
@@ -249,6 +249,10 @@ def run_round(
     provider(request_unmask_step)
     tenants("secagg-unmask", sorted(clients), quiet)
     aggregate = aggregate_step(env, round_index, sampled, extra=failed)
+    for name, lines in aggregate.get("secagg", {}).get("offenders", {}).items():
+        if name in clients:  # named in the round's summary, beside the tenant
+            meta = clients[name].setdefault("meta", {})
+            meta["notes"] = [*meta.get("notes", []), *(f"secure aggregation set aside: {x}" for x in lines)]
     masked_bytes = sum(int(r.get("bytes", 0)) for r in clients.values())
     plain_bytes = sum(int(r.get("raw_bytes") or 0) for r in clients.values())
     aggregate["metrics"] = {

@@ -244,6 +244,14 @@ class UnmaskResult:
     total: np.ndarray
     rejected_shares: list[str] = field(default_factory=list)
 
+    @property
+    def offenders(self) -> dict[str, list[str]]:
+        """Each tenant whose revealed shares were set aside, with why."""
+        out: dict[str, list[str]] = {}
+        for line in self.rejected_shares:
+            out.setdefault(line.split(" revealed by ", 1)[1].split(" does not", 1)[0].strip("'"), []).append(line)
+        return out
+
 
 def _pair_info(context: str, kind: str, a: str, b: str) -> bytes:
     lo, hi = sorted((a, b))
