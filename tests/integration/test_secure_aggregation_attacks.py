@@ -155,3 +155,110 @@ def _strip(roster: p.Roster, y: np.ndarray, u: str, candidates: set[bytes], trut
         m = prg.mask(seed, n)
         y = y - m if u < v else y + m
     return max(float(np.mean(y - prg.mask(c, n) == truth)) for c in candidates)
+
+
+def test_corrupted_shares_of_a_tenant_are_named_and_the_round_goes_on(
+    tmp_path: Path, make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    respond = p.respond
+
+    def c_lies(me, held, sharers, survivors, roster, previous=None):  # type: ignore[no-untyped-def]
+        answer = respond(me, held, sharers, survivors, roster, previous)
+        if me == "tenant-c":
+            answer["seed"] = {u: f"{int(v, 16) ^ 1:x}" for u, v in answer["seed"].items()}
+        return answer
+
+    monkeypatch.setattr(p, "respond", c_lies)
+    secure = make_job(rounds=1, secure_aggregation={"enabled": True, "threshold": 2})
+    record = run_job(secure, NullTracker(), QUIET)["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
+    assert record["server_metrics"]["secagg/rejected_shares"] == 3
+    notes = record["tenants"]["tenant-c"]["notes"]
+    assert len(notes) == 3 and all("revealed by 'tenant-c' does not match" in n for n in notes)
+    assert "notes" not in record["tenants"]["tenant-a"]
+    plain = make_job(rounds=1)
+    run_job(plain, NullTracker(), QUIET)
+    a, b = final_adapter(plain), final_adapter(secure)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)
+
+
+def test_a_provider_substituting_a_key_is_refused_naming_the_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider routes a roster in which tenant-b's mask key is its own."""
+    route = secagg_provider.route_keys_step
+
+    def substitute(env, round_index, sampled, failed=None):  # type: ignore[no-untyped-def]
+        out = route(env, round_index, sampled, failed)
+        evil = p.TenantSecrets.new().masking.public.hex()
+        for name in sampled:
+            store = env.stores.exchange(name)
+            roster = store.get_json(layout.secagg_key(round_index, "roster"))
+            for ad in roster["ads"]:
+                if ad["tenant"] == "tenant-b":
+                    ad["mask"] = evil
+            store.put_json(layout.secagg_key(round_index, "roster"), roster)
+        return out
+
+    monkeypatch.setattr(secagg_provider, "route_keys_step", substitute)
+    job = registered_job(tmp_path, secure_aggregation={"enabled": True})
+    with pytest.raises(SecureAggregationError) as info:
+        run_job(job, NullTracker(), QUIET)
+    assert "0 share deal(s) [], fewer than secure_aggregation.threshold=2" in str(info.value)
+    stores = layout.JobStores(job)
+    for tenant in job.tenants:  # each tenant's own error log says why, naming tenant-b
+        assert f"{tenant.name}: secagg-share:" in str(info.value)
+        why = stores.tenant(tenant).get_bytes("errors/round-000001-secagg-share.txt").decode()
+        assert f"tenant {tenant.name!r} refuses the roster" in why
+        assert "the advertisement of tenant 'tenant-b' fails its signature check" in why
+    assert not any(Update.stored(layout.JobStores(job).exchange(t.name), layout.update_key(1)) for t in job.tenants)
+
+
+def test_a_registered_tenant_without_its_private_key_is_told_how_to_make_it(tmp_path: Path) -> None:
+    job = registered_job(tmp_path, secure_aggregation={"enabled": True})
+    stores = layout.JobStores(job)
+    stores.tenant(job.tenants[0]).delete(identity.STORE_KEY)
+    record = run_job(job, NullTracker(), QUIET)["rounds"][0]  # the others still reach 2 of 3
+    assert record["accepted"] == ["tenant-b", "tenant-c"]
+    assert record["rejected"]["tenant-a"].startswith("secagg-advertise:")
+    why = stores.tenant(job.tenants[0]).get_bytes("errors/round-000001-secagg-advertise.txt").decode()
+    assert "tenant 'tenant-a' has a registered identity key but none in its store" in why
+    assert "fedtune identity" in why
+
+
+@pytest.mark.parametrize("dropped", [[], ["tenant-c"]])
+def test_secagg_plus_with_two_neighbours_matches_the_plain_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dropped: list[str]
+) -> None:
+    """Five tenants on a ring (each masks with two neighbours, threshold 2 of 3)."""
+    encoded: dict[str, np.ndarray] = {}
+    prepare = secagg_steps.prepare_update
+
+    def drop(env, update, broadcast, parties):  # type: ignore[no-untyped-def]
+        if env.tenant.name in dropped:
+            raise SecureAggregationError(f"{env.tenant.name} went offline", fix="none")
+        return prepare(env, update, broadcast, parties)
+
+    monkeypatch.setattr(secagg_steps, "prepare_update", drop)
+    secure = registered_job(tmp_path / "s", n=5, secure_aggregation={"enabled": True, "neighbours": 2})
+    record = run_job(secure, NullTracker(), QUIET)["rounds"][0]
+    assert record["accepted"] == [t.name for t in secure.tenants if t.name not in dropped]
+    roster = p.Roster.from_json(layout.JobStores(secure).exchange("tenant-a").get_json(layout.secagg_key(1, "roster")))
+    assert roster.degree == 2 and roster.threshold == 2
+    dealt = layout.JobStores(secure).exchange("tenant-a").get_json(layout.secagg_key(1, "dealt"))
+    assert len(dealt["sealed"]) == 3  # itself and its two neighbours, not all five
+    plain = parse_job(tiny_job_dict(tmp_path / "p", tenants=_tenants(5), rounds=1))
+    from fedtune.algorithms.fedavg import FedAvg
+
+    original = FedAvg.client_step
+
+    def nan_for_dropped(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
+        update, state = original(self, ctx, broadcast, data, client_state)
+        if data.tenant in dropped:
+            update.tensors = {k: v * float("nan") for k, v in update.tensors.items()}
+        return update, state
+
+    monkeypatch.setattr(FedAvg, "client_step", nan_for_dropped)
+    run_job(plain, NullTracker(), QUIET)
+    a, b = final_adapter(plain), final_adapter(secure)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)

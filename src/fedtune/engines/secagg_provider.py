@@ -51,7 +51,9 @@ def _too_few(what: str, got: list[str], threshold: int, missing: dict[str, str],
     )
 
 
-def route_keys_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
+def route_keys_step(
+    env: ProviderEnv, round_index: int, sampled: list[str], failed: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Provider: gather the signed adverts (dropping any that fail their signature, named);
     hand the roster to every advertiser."""
     started = time.perf_counter()
@@ -72,7 +74,7 @@ def route_keys_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> d
             continue
         ads[name] = ad
     if len(ads) < t:
-        raise _too_few("key advertisement(s)", sorted(ads), t, missing, round_index)
+        raise _too_few("key advertisement(s)", sorted(ads), t, {**missing, **(failed or {})}, round_index)
     roster = p.Roster(
         expected["context"], t, ads, expected["sampled"], expected["degree"], expected["graph_seed"]
     ).to_json()
@@ -87,13 +89,15 @@ def route_keys_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> d
     }
 
 
-def route_shares_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
+def route_shares_step(
+    env: ProviderEnv, round_index: int, sampled: list[str], failed: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Provider: hand each sharer the signed, sealed shares addressed to it (and the sharers)."""
     started = time.perf_counter()
     roster = _roster(env, round_index, sampled)
     dealt, missing = _dealt(env, round_index, roster)
     if len(dealt) < roster.threshold:
-        raise _too_few("share deal(s)", sorted(dealt), roster.threshold, missing, round_index)
+        raise _too_few("share deal(s)", sorted(dealt), roster.threshold, {**missing, **(failed or {})}, round_index)
     sharers = sorted(dealt)
     written = 0
     for v in sharers:
@@ -232,9 +236,9 @@ def run_round(
             extra_seconds += sum(float(r.get("seconds", 0.0)) for r in ok.values())
         return ok
 
-    def provider(step: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    def provider(step: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
         nonlocal extra_bytes, extra_seconds
-        out = step(env, round_index, sampled)
+        out = step(env, round_index, sampled, *args)
         extra_bytes += int(out.get("bytes", 0))
         extra_seconds += float(out.get("seconds", 0.0))
         failed.update({n: r for n, r in out.get("missing", {}).items() if n not in failed})
@@ -242,9 +246,9 @@ def run_round(
 
     quiet: Callable[[Any], None] = lambda _: None
     advertised = tenants("secagg-advertise", sampled, quiet)
-    routed = provider(route_keys_step)
+    routed = provider(route_keys_step, failed)
     shared = tenants("secagg-share", sorted(advertised), quiet)
-    provider(route_shares_step)
+    provider(route_shares_step, failed)
     clients = tenants("client", sorted(shared), done)
     provider(request_unmask_step)
     tenants("secagg-unmask", sorted(clients), quiet)
