@@ -17,6 +17,9 @@ from fedtune.pipelines.compiling import compile_job
 from tests.integration.conftest import tiny_job_dict
 
 
+FIVE = [{"name": f"tenant-{x}", "data_uri": f"{x}.jsonl"} for x in "abcde"]
+
+
 def job(tmp_path: Path, **overrides):  # type: ignore[no-untyped-def]
     return parse_job(tiny_job_dict(tmp_path, **overrides))
 
@@ -42,6 +45,12 @@ def test_off_by_default_and_the_fingerprint_of_older_jobs_holds(tmp_path: Path) 
         ({"enabled": True, "threshold": 4}, {}, "secure_aggregation.threshold=4 must be in 2..3 for 3 sampled"),
         ({"enabled": True, "threshold": 1}, {}, "secure_aggregation.threshold=1 must be in 2..3"),
         ({"enabled": True, "frac_bits": 60}, {}, "frac_bits"),
+        ({"enabled": True, "neighbours": 3}, {}, "secure_aggregation.neighbours=3 must be an even number"),
+        ({"enabled": True, "neighbours": 2, "threshold": 4}, {"tenants": FIVE},
+         "secure_aggregation.threshold=4 must be in 2..3 for neighbourhoods of 3 of 5 sampled tenants"),
+        ({"enabled": True, "threshold": 6}, {"tenants": FIVE}, "threshold=6 must be in 3..5 for 5 sampled tenants"),
+        ({"enabled": True}, {"tenants": [{"name": "tenant-a", "data_uri": "a.jsonl", "identity_key": "zz"}]},
+         "identity_key"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, section, overrides, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -66,3 +75,10 @@ def test_every_algorithm_but_fedmkt_aggregates_a_sum() -> None:
     from fedtune.core.registry import algorithm_names
 
     assert summed_update_algorithms() == sorted(set(algorithm_names()) - {"fedmkt"})
+
+
+@pytest.mark.parametrize(("neighbours", "degree", "threshold"), [("all", 9, 6), ("auto", 8, 5), (4, 4, 3), (2, 2, 2)])
+def test_neighbourhoods_set_degree_and_default_threshold(tmp_path: Path, neighbours, degree: int, threshold: int) -> None:  # type: ignore[no-untyped-def]
+    ten = [{"name": f"t{i}", "data_uri": f"{i}.jsonl"} for i in range(10)]
+    sa = job(tmp_path, tenants=ten, secure_aggregation={"enabled": True, "neighbours": neighbours}).secure_aggregation
+    assert sa.degree_for(10) == degree and sa.threshold_for(10) == threshold
