@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "system_markdown"]
+__all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "secagg_lines", "system_markdown"]
 
 PLOT_METRICS: Final[dict[str, str]] = {
     "em": "exact match, balanced test set",
@@ -258,6 +258,8 @@ def system_markdown(results: Mapping[str, Any]) -> str:
             ),
             "",
         ]
+    if results.get("secagg"):
+        lines += secagg_lines(results["secagg"])
     peer = results.get("peer")
     if peer:
         job = peer["job"]
@@ -332,3 +334,28 @@ def system_markdown(results: Mapping[str, Any]) -> str:
     for note in results.get("notes", []):
         lines.append(f"- {note}")
     return "\n".join(lines) + "\n"
+
+
+def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:
+    """The secure-aggregation table: bytes (exact) and time (ratio) per round vs plain."""
+    spec = secagg["spec"]
+    params = spec["tensors"] * spec["tensor_size"]
+    lines = [
+        (
+            f"**Secure aggregation vs plain, one round** (commit {secagg.get('commit') or 'unknown'}; "
+            f"{params:,} float32 parameters per update in {spec['tensors']} tensors; every party "
+            f"in turn in one process, one torch thread; time = best of {spec['reps']} alternating "
+            "repetitions; bytes as stored, per tenant):"
+        ),
+        "",
+        "| tenants | graph | neighbours | threshold | plain up | secure up | secure down | up / plain | plain s | secure s | time / plain | max abs diff |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in secagg["rows"]:
+        lines.append(
+            f"| {r['tenants']} | {r['neighbours']} | {r['degree']} | {r['threshold']} | "
+            f"{r['plain_up_bytes']:,} | {r['secure_up_bytes']:,} | {r['secure_down_bytes']:,} | "
+            f"{r['up_ratio']:.3f} | {r['plain_seconds']:.3f} | {r['secure_seconds']:.3f} | "
+            f"{r['time_ratio']:.2f} | {r['max_abs_diff']:.1e} |"
+        )
+    return [*lines, ""]
