@@ -167,6 +167,14 @@ class LimitsConfig(StrictModel):
         "sample-weighted mean).",
     )
 
+    max_update_norm: float | None = Field(
+        None,
+        gt=0.0,
+        description="Largest L2 norm of an update's change from the broadcast (off when "
+        "unset); under secure aggregation each tenant checks its own before masking and the "
+        "provider checks the unmasked mean.",
+    )
+
     def sample_cap(self, tenant: TenantConfig) -> int:
         """The largest num_samples ``tenant``'s update may claim."""
         return tenant.max_samples or self.max_samples_per_tenant

@@ -43,6 +43,8 @@ def _fingerprinted(job: JobConfig) -> dict[str, Any]:
     for tenant in dump["tenants"]:
         if tenant.get("identity_key") is None:  # unset: as before the field existed
             tenant.pop("identity_key", None)
+    if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
+        dump["limits"].pop("max_update_norm", None)
     return dump
 
 

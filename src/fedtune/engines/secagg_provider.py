@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedtune.aggregation import validate_update
+from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import SUM_NAME, SecureSum
 from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update
@@ -189,6 +190,7 @@ def aggregate_step(
     mean_tensors = vector.unflatten(mean, specs)
     # The one check left to the provider: the unmasked mean (keys, shapes, finite, size).
     validate_update(SUM_NAME, mean_tensors, specs, env.job.limits.max_update_bytes)
+    check_update_norm(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits.max_update_norm)
     summed = SecureSum(mean_tensors, total_weight, {n: dict(updates[n].meta) for n in masked})
     state = ServerState.load(store, layout.state_key(round_index - 1))
     new_state = env.algorithm.aggregate_sum(env.ctx, state, summed, round_index)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedtune.aggregation.validation import check_update_norm
 from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
@@ -189,7 +190,7 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
     the weighted update as one fixed-point vector (what gets masked) and its weight.
 
     The provider sees only the masked sum, so a tenant refuses to upload an update that fails
-    them (keys, shapes, NaN/Inf, size, sample cap, fixed-point range). A transform of the
+    them (keys, shapes, NaN/Inf, size, L2 norm of change, sample cap, fixed-point range). A transform of the
     update before masking (e.g. clipping and noise) belongs here, after the checks.
 
     Raises:
@@ -198,6 +199,7 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
     """
     name = env.tenant.name
     env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
+    check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
     _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(env.tenant))
     specs = env.algorithm.expected_update_shapes(broadcast)
     weight = env.algorithm.sum_weight(update)
