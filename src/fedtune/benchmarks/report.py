@@ -359,3 +359,35 @@ def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:
             f"{r['time_ratio']:.2f} | {r['max_abs_diff']:.1e} |"
         )
     return [*lines, ""]
+
+
+#: Tables generated into docs/benchmarks.md: section name -> (results file, lines from it).
+GENERATED: Final[dict[str, tuple[str, Any]]] = {
+    "secagg": ("secagg-system.json", lambda results: secagg_lines(results["secagg"])),
+}
+
+
+def regenerate(markdown: str, results_dir: str | Path) -> str:
+    """``markdown`` with every generated section rebuilt from its results file.
+
+    A section sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``.
+    """
+    for name, (file_name, build) in GENERATED.items():
+        begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+        if begin not in markdown:
+            continue
+        import json
+
+        results = json.loads((Path(results_dir) / file_name).read_text(encoding="utf-8"))
+        head, rest = markdown.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        body = "\n".join(build(results)).rstrip("\n")
+        markdown = f"{head}{begin}\n{body}\n{end}{tail}"
+    return markdown
+
+
+if __name__ == "__main__":  # python -m fedtune.benchmarks.report docs/benchmarks.md docs/results
+    import sys
+
+    doc = Path(sys.argv[1])
+    doc.write_text(regenerate(doc.read_text(encoding="utf-8"), sys.argv[2]), encoding="utf-8")
