@@ -19,6 +19,7 @@ from rich.console import Console
 from fedtune.config import load_job
 from fedtune.config.base import check_dns1123_label
 from fedtune.config.job import JobConfig
+from fedtune.config.secrets import MLFLOW_SECRET, PRESIGNER_SECRET, PROVIDER_S3_SECRET
 from fedtune.core.errors import ConfigError, FedtuneError
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ def _cluster_settings(args: argparse.Namespace) -> Any:
         store_secret=args.store_secret or None,
         s3_endpoint=args.s3_endpoint,
         mlflow_uri=args.mlflow_uri,
+        mlflow_secret=args.mlflow_secret or None,
+        presigner_secret=args.presigner_secret or None,
     )
 
 
@@ -66,13 +69,29 @@ def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--store-secret",
-        default="fedtune-object-store",
+        default=PROVIDER_S3_SECRET,
         metavar="NAME",
         help="Secret with the exchange store's access-key-id/secret-access-key "
-        "(default: %(default)s; '' for ambient credentials)",
+        "(the chart's objectStore.existingSecret; default: %(default)s; '' for ambient "
+        "credentials)",
     )
     group.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint of the exchange store")
     group.add_argument("--mlflow-uri", metavar="URL", help="MLflow tracking URL for provider steps")
+    group.add_argument(
+        "--mlflow-secret",
+        default=MLFLOW_SECRET,
+        metavar="NAME",
+        help="Secret with the MLflow username/password of provider steps when MLflow auth is "
+        "on (the chart's mlflow.auth.pipelineSecret; optional in the cluster; default: "
+        "%(default)s)",
+    )
+    group.add_argument(
+        "--presigner-secret",
+        default=PRESIGNER_SECRET,
+        metavar="NAME",
+        help="Secret with the access-key-id/secret-access-key that sign tenants' URLs (the "
+        "chart's objectStore.presignerSecret; optional in the cluster; default: %(default)s)",
+    )
 
 
 # -- compile --------------------------------------------------------------------------------
