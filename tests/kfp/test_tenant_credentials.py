@@ -14,6 +14,7 @@ without it.)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -41,8 +42,18 @@ from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod
 from tests.kfp.test_tenant_pod import reference_update
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+SCRIPTS = Path(__file__).resolve().parents[2] / "charts" / "fedtune" / "files" / "scripts"
+EXCHANGE = "fedtune-exchange"
 TENANT_BUCKET = "tenant-a-data"
 SECRET_NAME = "tenant-a-bucket"
+
+
+def _chart_script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _free_port() -> int:
@@ -89,8 +100,11 @@ class IamS3:
         )
         self.keys: dict[str, tuple[str, str]] = {}
         for user, policy in {
+            "admin": _policy("*"),
             "tenant-a": _policy(f"arn:aws:s3:::{TENANT_BUCKET}", f"arn:aws:s3:::{TENANT_BUCKET}/*"),
             "tenant-b": _policy("arn:aws:s3:::tenant-b-data", "arn:aws:s3:::tenant-b-data/*"),
+            # The policy the chart's bootstrap gives MinIO's presigning user.
+            "presigner": json.dumps(_chart_script("bootstrap_users").presigner_policy(EXCHANGE)),
         }.items():
             iam.create_user(UserName=user)
             iam.put_user_policy(UserName=user, PolicyName="access", PolicyDocument=policy)
@@ -304,3 +318,29 @@ def test_without_the_secrets_keys_the_pod_fails_on_credentials_not_later(
     (proc,) = other.results
     assert proc.returncode == 4 and "AccessDenied" in proc.stderr, proc.stderr[-2000:]
     assert other_secret not in proc.stderr
+
+
+def test_the_presigning_users_policy_reaches_exchange_objects_and_nothing_else(
+    iam_s3: IamS3,
+) -> None:
+    """What a URL can do is what its signer can: the chart's presigner policy, enforced by
+    moto's IAM, allows getting and putting exchange objects, and nothing else."""
+    from botocore.exceptions import ClientError
+
+    admin = iam_s3.client("admin")
+    for bucket in (EXCHANGE, "fedtune-provider"):
+        admin.create_bucket(Bucket=bucket)
+        admin.put_object(Bucket=bucket, Key="runs/state.json", Body=b"{}")
+    signer = iam_s3.client("presigner")
+    signer.put_object(Bucket=EXCHANGE, Key="runs/tenant-a/update.json", Body=b"{}")
+    assert signer.get_object(Bucket=EXCHANGE, Key="runs/state.json")["Body"].read() == b"{}"
+    refused = [
+        lambda: signer.get_object(Bucket="fedtune-provider", Key="runs/state.json"),
+        lambda: signer.put_object(Bucket="fedtune-provider", Key="x", Body=b""),
+        lambda: signer.list_objects_v2(Bucket=EXCHANGE),
+        lambda: signer.delete_object(Bucket=EXCHANGE, Key="runs/state.json"),
+        lambda: signer.create_bucket(Bucket="another"),
+    ]
+    for call in refused:
+        with pytest.raises(ClientError, match="AccessDenied"):
+            call()
