@@ -7,38 +7,15 @@ what the release rendered; a tenant's Secret line must hold the keys the launche
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 
 import yaml
-from chart_helpers import CHART_DIR, REPO_ROOT, VALUES_DIR, load_yaml
+from chart_helpers import CHART_DIR, REPO_ROOT, VALUES_DIR, install_notes, load_yaml
 
 from fedtune.cli.main import build_parser
 from fedtune.config.secrets import MLFLOW_SECRET, PRESIGNER_SECRET, PROVIDER_S3_SECRET
 from fedtune.engines.launcher_manifest import TENANT_SECRET_ENV
 from fedtune.pipelines.builder import ClusterSettings
-
-
-def install_notes(helm_bin: Path, *extra: str) -> str:
-    proc = subprocess.run(
-        [
-            str(helm_bin),
-            "install",
-            "ft",
-            str(CHART_DIR),
-            "--namespace",
-            "fedtune",
-            "--dry-run=client",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    _, notes = proc.stdout.split("NOTES:", 1)
-    return notes
 
 
 def submit_line(notes: str) -> list[str]:

@@ -246,6 +246,23 @@ def s3_job(
     return job, str(tenants)
 
 
+def launch_client_step(
+    job: JobConfig, tenants: str, pod_runner: SubprocessPod, run_key: str
+) -> dict[str, Any]:
+    """Tenant-a's round-1 client step through the launcher, its Job run by ``pod_runner``."""
+    return run_tenant_step(
+        job,
+        "client",
+        1,
+        "tenant-a",
+        run_key=run_key,
+        api=FakeJobApi([], on_create=pod_runner),
+        tenants_file=tenants,
+        force_cluster=True,
+        clock=FakeClock(),
+    )
+
+
 def test_the_tenant_pod_reads_its_data_and_writes_its_update_with_its_secrets_keys(
     iam_s3: IamS3, s3_job: tuple[JobConfig, str], tmp_path: Path
 ) -> None:
@@ -256,17 +273,7 @@ def test_the_tenant_pod_reads_its_data_and_writes_its_update_with_its_secrets_ke
     pod_runner = SubprocessPod(
         {SECRET_NAME: {"access-key-id": key_id, "secret-access-key": secret, "region": REGION}}
     )
-    result = run_tenant_step(
-        job,
-        "client",
-        1,
-        "tenant-a",
-        run_key="run-1",
-        api=FakeJobApi([], on_create=pod_runner),
-        tenants_file=tenants,
-        force_cluster=True,
-        clock=FakeClock(),
-    )
+    result = launch_client_step(job, tenants, pod_runner, "run-1")
     (proc,) = pod_runner.results
     assert proc.returncode == 0, proc.stderr[-3000:]
     # It read its data from its bucket with its keys and wrote its update through the
@@ -287,34 +294,14 @@ def test_without_the_secrets_keys_the_pod_fails_on_credentials_not_later(
     # A Secret with boto3's names instead of the documented keys: the pod is never created.
     wrong = SubprocessPod({SECRET_NAME: {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}})
     with pytest.raises(AssertionError, match="CreateContainerConfigError: key access-key-id"):
-        run_tenant_step(
-            job,
-            "client",
-            1,
-            "tenant-a",
-            run_key="run-2",
-            api=FakeJobApi([], on_create=wrong),
-            tenants_file=tenants,
-            force_cluster=True,
-            clock=FakeClock(),
-        )
+        launch_client_step(job, tenants, wrong, "run-2")
     # Another tenant's keys are refused by this tenant's bucket: the step fails on them.
     other_id, other_secret = iam_s3.keys["tenant-b"]
     other = SubprocessPod(
         {SECRET_NAME: {"access-key-id": other_id, "secret-access-key": other_secret}}
     )
     with pytest.raises(TenantStepFailed, match=r"exited with code 4 \(StoreError\)"):
-        run_tenant_step(
-            job,
-            "client",
-            1,
-            "tenant-a",
-            run_key="run-3",
-            api=FakeJobApi([], on_create=other),
-            tenants_file=tenants,
-            force_cluster=True,
-            clock=FakeClock(),
-        )
+        launch_client_step(job, tenants, other, "run-3")
     (proc,) = other.results
     assert proc.returncode == 4 and "AccessDenied" in proc.stderr, proc.stderr[-2000:]
     assert other_secret not in proc.stderr
