@@ -388,3 +388,44 @@ def test_install_script_skips_a_working_helm(helm_bin: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stderr
     assert "downloading" not in proc.stderr
+
+
+def test_bootstrap_users_names_a_missing_secret_key_and_prints_no_credential() -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "AWS_ACCESS_KEY_ID": "root",
+        "AWS_SECRET_ACCESS_KEY": "root-secret-never-printed",
+        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+        "PRESIGNER_ACCESS_KEY_ID": "presigner",  # its secret key is missing
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bootstrap_users.py"), "--presigner-bucket=x", "--wait-seconds=0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "PRESIGNER_SECRET_ACCESS_KEY is empty" in proc.stderr
+    assert "objectStore.presignerSecret" in proc.stderr
+    assert "root-secret-never-printed" not in proc.stdout + proc.stderr
+
+
+def test_the_bootstrap_runs_the_users_container_only_when_there_is_a_user_to_create(
+    render: Renderer,
+) -> None:
+    def containers(*values: str) -> dict[str, Any]:
+        rendered = render("minimal", set_values=list(values))
+        assert rendered.returncode == 0, rendered.stderr
+        (job,) = rendered.of_kind("Job")
+        return {c["name"]: c for c in job["spec"]["template"]["spec"]["containers"]}
+
+    users = containers()["users"]  # MinIO: the presigning user
+    assert "--presigner-bucket=fedtune-exchange" in users["args"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in users["env"] if "valueFrom" in e}
+    assert refs["PRESIGNER_SECRET_ACCESS_KEY"] == {
+        "name": "fedtune-presigner",
+        "key": "secret-access-key",
+    }
+    assert set(containers("objectStore.presignerSecret=")) == {"bootstrap"}

@@ -94,7 +94,9 @@ def check_signed_in(host: str, token: str | None, cookie: str | None) -> None:
     if cookie:
         request.add_header("Cookie", cookie)
     opener = urllib.request.build_opener(_NoRedirect)
-    login = "no login given" if not (token or cookie) else f"the login from ${TOKEN_ENV if token else COOKIE_ENV}"
+    login = f"the login from ${TOKEN_ENV if token else COOKIE_ENV}"
+    if not (token or cookie):
+        login = "no login given"
     try:
         with opener.open(request, timeout=30) as response:
             body = response.read()
@@ -133,7 +135,7 @@ def pipeline_parameters(package: Path) -> dict[str, dict[str, Any]]:
     return {name: dict(value) for name, value in params.items()}
 
 
-def _convert(name: str, kind: str, raw: str) -> Any:
+def _convert(kind: str, raw: str) -> Any:
     """``raw`` as the KFP parameter type ``kind``; ValueError with a reason otherwise."""
     if kind == "STRING":
         return raw
@@ -178,7 +180,7 @@ def parse_params(pairs: list[str], declared: dict[str, dict[str, Any]]) -> dict[
             continue
         kind = str(declared[key].get("parameterType", "STRING"))
         try:
-            values[key] = _convert(key, kind, raw)
+            values[key] = _convert(kind, raw)
         except ValueError as exc:
             problems.append(f"--param {key}={raw!r} is not a valid {kind}: {exc}")
     if problems:
@@ -213,7 +215,9 @@ def _client(args: argparse.Namespace, token: str | None, cookie: str | None) -> 
     )
 
 
-def _upload_version(client: Any, package: Path, pipeline: str, version: str, namespace: str | None) -> tuple[str, str]:
+def _upload_version(
+    client: Any, package: Path, pipeline: str, version: str, namespace: str | None
+) -> tuple[str, str]:
     """Upload ``package`` as version ``version`` of pipeline ``pipeline`` (created when new)."""
     pipeline_id = client.get_pipeline_id(pipeline)
     if pipeline_id is None:
@@ -221,7 +225,9 @@ def _upload_version(client: Any, package: Path, pipeline: str, version: str, nam
             str(package), pipeline_name=pipeline, namespace=namespace
         )
         pipeline_id = created.pipeline_id
-        versions = client.list_pipeline_versions(pipeline_id, page_size=1, sort_by="created_at desc")
+        versions = client.list_pipeline_versions(
+            pipeline_id, page_size=1, sort_by="created_at desc"
+        )
         return pipeline_id, versions.pipeline_versions[0].pipeline_version_id
     uploaded = client.upload_pipeline_version(
         str(package), pipeline_version_name=version, pipeline_id=pipeline_id

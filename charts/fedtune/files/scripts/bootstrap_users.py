@@ -60,15 +60,15 @@ def ensure_minio_presigner(bucket: str) -> None:
     from minio import MinioAdmin
     from minio.credentials import StaticProvider
 
+    # Every variable first: a missing one must fail before anything is created.
     endpoint = urlsplit(_env("AWS_ENDPOINT_URL_S3"))
+    root = StaticProvider(_env("AWS_ACCESS_KEY_ID"), _env("AWS_SECRET_ACCESS_KEY"))
+    user, secret = _env("PRESIGNER_ACCESS_KEY_ID"), _env("PRESIGNER_SECRET_ACCESS_KEY")
     admin = MinioAdmin(
-        endpoint=endpoint.netloc,
-        credentials=StaticProvider(_env("AWS_ACCESS_KEY_ID"), _env("AWS_SECRET_ACCESS_KEY")),
-        secure=endpoint.scheme == "https",
+        endpoint=endpoint.netloc, credentials=root, secure=endpoint.scheme == "https"
     )
-    user = _env("PRESIGNER_ACCESS_KEY_ID")
     admin.policy_add(PRESIGNER_POLICY, policy=presigner_policy(bucket))
-    admin.user_add(user, _env("PRESIGNER_SECRET_ACCESS_KEY"))
+    admin.user_add(user, secret)
     admin.policy_set(PRESIGNER_POLICY, user=user)
     LOG.info("MinIO user for pre-signed URLs ready (policy %s on s3://%s/*)", PRESIGNER_POLICY, bucket)
 
@@ -80,7 +80,8 @@ def ensure_mlflow_user(tracking_uri: str) -> None:
 
     username = _env("MLFLOW_PIPELINE_USERNAME")
     password = _env("MLFLOW_PIPELINE_PASSWORD")
-    _env("MLFLOW_TRACKING_USERNAME"), _env("MLFLOW_TRACKING_PASSWORD")
+    for admin_login in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        _env(admin_login)  # the client signs in with these; refuse early when unset
     client = AuthServiceClient(tracking_uri)
     try:
         client.create_user(username, password)
