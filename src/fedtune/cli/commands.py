@@ -200,9 +200,10 @@ def registrars() -> list[Registrar]:
     from fedtune.cli.audit import register_audit
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
-    from fedtune.cli.kfp_commands import register_compile, register_submit
+    from fedtune.cli.kfp_commands import register_compile
     from fedtune.cli.partition import register_partition
     from fedtune.cli.serving import register_serving as register_promote_and_serve
+    from fedtune.cli.submit import register_submit
 
     return [
         register_validate,

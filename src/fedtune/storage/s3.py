@@ -53,8 +53,9 @@ def resolve_endpoint(endpoint_url: str | None) -> str | None:
     return endpoint_url or os.environ.get(ENDPOINT_ENV) or None
 
 
-def make_client(endpoint_url: str | None) -> Any:
-    """An S3 client with bounded timeouts and retries for ``endpoint_url`` (see above)."""
+def make_client(endpoint_url: str | None, credentials: tuple[str, str] | None = None) -> Any:
+    """An S3 client with bounded timeouts and retries for ``endpoint_url`` (see above);
+    ``credentials`` (key id, secret) instead of boto3's chain when given."""
     import boto3
     import botocore.session
     from botocore.config import Config
@@ -77,7 +78,33 @@ def make_client(endpoint_url: str | None) -> Any:
     core = botocore.session.Session()
     core.register_component("data_loader", _shared_loader())
     session = boto3.session.Session(botocore_session=core)
-    return session.client("s3", endpoint_url=endpoint_url, config=config)
+    keys = {}
+    if credentials is not None:
+        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
+    return session.client("s3", endpoint_url=endpoint_url, config=config, **keys)
+
+
+def presigner_credentials() -> tuple[str, str] | None:
+    """The presigning user's keys from the environment, or None when none are set.
+
+    A pre-signed URL can do what its signer can: signing with a user allowed only to get and
+    put exchange objects keeps the provider's own keys out of every URL tenants hold.
+    """
+    from fedtune.config.secrets import PRESIGNER_ENV
+
+    names = list(PRESIGNER_ENV.values())
+    values = [os.environ.get(name, "") for name in names]
+    if not any(values):
+        return None
+    missing = [name for name, value in zip(names, values, strict=True) if not value]
+    if missing:
+        raise StoreError(
+            f"${missing[0]} is empty while ${names[0] if missing[0] != names[0] else names[1]} "
+            "is set",
+            fix="Give the presigner Secret both keys (access-key-id, secret-access-key), or "
+            "neither to sign with the store's own credentials.",
+        )
+    return values[0], values[1]
 
 
 @functools.cache
@@ -223,8 +250,12 @@ class S3Store(BlobStore):
         return S3Store(self._bucket, prefix, client=self._client)
 
     def _presign(self, name: str, method: Literal["get", "put"], expires_s: int) -> str:
+        signer = self._client
+        credentials = presigner_credentials()
+        if credentials is not None:
+            signer = make_client(self.endpoint_url, credentials)
         with self._errors("sign a URL for", name):
-            url = self._client.generate_presigned_url(
+            url = signer.generate_presigned_url(
                 "get_object" if method == "get" else "put_object",
                 Params={"Bucket": self._bucket, "Key": name},
                 ExpiresIn=expires_s,
