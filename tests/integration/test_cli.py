@@ -70,8 +70,8 @@ def test_run_with_unreachable_s3_fails_fast(
     job["tenants"][0]["data_uri"] = "s3://tenant-a-bucket/train.jsonl"
     code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
     err = capsys.readouterr().err
-    assert code != 0
-    assert "tenant-a" in err and "StoreError" in err
+    assert code == 12  # a store outage, not bad data
+    assert "tenant-a" in err and "StoreUnavailable" in err
     details = tmp_path / "w" / "tenants" / "tenant-a" / "jobs" / "itest" / "errors" / "preflight.txt"
     assert "127.0.0.1:9" in details.read_text()
 

@@ -17,6 +17,8 @@ LIBRARY_LOGGERS = ("DeepSpeed", "mlflow")
 #: Environment settings that turn library progress bars off (unless the user set them).
 QUIET_ENV = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # MLflow 3 reports usage to config.mlflow-telemetry.io unless told not to.
+    "MLFLOW_DISABLE_TELEMETRY": "true",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
 _TARGET = "fedtune.library"
