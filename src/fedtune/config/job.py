@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
@@ -343,6 +343,14 @@ class JobConfig(StrictModel):
         description="Default engine and its workers: `local`, `kfp-local`, or "
         "`{name: local, workers: auto}`.",
     )
+
+    #: The folder of the job file it was read from (set by the loader; not a setting).
+    _source_dir: str | None = PrivateAttr(None)
+
+    @property
+    def source_dir(self) -> str | None:
+        """The folder of the job file this config was read from, if it was read from one."""
+        return self._source_dir
 
     @model_validator(mode="after")
     def _cross_checks(self) -> JobConfig:
