@@ -13,9 +13,9 @@ from urllib.parse import unquote, urlsplit
 
 from fedtune.core.errors import StoreError
 from fedtune.storage.base import Store
-from fedtune.storage.keys import validate_key, validate_prefix
+from fedtune.storage.keys import SIDECAR_SUFFIX, validate_key, validate_prefix
 from fedtune.storage.local import LocalStore
-from fedtune.storage.s3 import S3Bounds, S3Store, validate_bucket
+from fedtune.storage.s3 import S3Bounds, S3Store, resolve_endpoint, validate_bucket
 
 SUPPORTED = "file:///absolute/path, s3://bucket/prefix, or a plain local path"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -151,3 +151,22 @@ def read_object(
     """
     root, key = split_object_uri(uri)
     return open_store(root, endpoint_url=endpoint_url, bounds=bounds).get_bytes(key, verify=verify)
+
+
+def removal_command(store_uri: str, keys: list[str]) -> str:
+    """A shell command that deletes ``keys`` of the store at ``store_uri`` with their sidecars.
+
+    ``rm -f`` of the files for a local store, ``aws s3 rm`` of the objects for S3: what a
+    fix tells a user to run.
+    """
+    import shlex
+
+    names = [name for key in keys for name in (key, key + SIDECAR_SUFFIX)]
+    scheme = _scheme(store_uri)
+    if scheme in ("", "file"):
+        root = _local_path(store_uri, scheme)
+        return "rm -f " + " ".join(shlex.quote(str(root.joinpath(*n.split("/")))) for n in names)
+    base = store_uri.rstrip("/")
+    endpoint = resolve_endpoint(None)
+    flag = f" --endpoint-url {shlex.quote(endpoint)}" if endpoint else ""
+    return " && ".join(f"aws s3 rm{flag} {shlex.quote(f'{base}/{n}')}" for n in names)
