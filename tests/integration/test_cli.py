@@ -101,7 +101,7 @@ def test_the_table_shows_the_bytes_of_every_tenant(
     assert len(tenants) == 3
     for name, values in tenants.items():
         assert values["bytes_received"] > 0
-        assert f"{name}: {values['bytes_sent']:,} / {values['bytes_received']:,}" in out
+        assert f"{name} {values['bytes_sent']:,}/{values['bytes_received']:,}" in out
 
 
 def test_partition_writes_files_and_prints_table(

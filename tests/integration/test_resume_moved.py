@@ -81,3 +81,26 @@ def test_a_run_stored_before_resumes_and_is_brought_up_to_date(tmp_path: Path) -
     open_store(str(record.parent)).put_json("run.json", old)
     assert main(["run", str(path), "--no-progress", "--resume"]) == 0
     assert json.loads(record.read_text())["fingerprint"] == config_fingerprint(job)
+
+
+def test_a_moved_project_keeps_its_mlflow_artifacts_in_the_new_place(tmp_path: Path) -> None:
+    from tests.integration.crash_helpers import run
+    from tests.integration.test_crash_kills import registered_versions
+
+    first = make_project(tmp_path / "here" / "project")
+    job = yaml.safe_load(first.read_text())
+    job["tracking"] = {"backend": "mlflow", "experiment": "itest"}
+    first.write_text(yaml.safe_dump(job), encoding="utf-8")
+    done = run(["run", str(first), "--no-progress", "--until-round", "1"])
+    assert done.returncode == 0, done.stderr
+    moved = tmp_path / "elsewhere" / "project"
+    shutil.move(first.parent, moved)
+    done = run(["run", str(moved / "job.yaml"), "--no-progress", "--resume"])
+    assert done.returncode == 0, done.stderr
+    assert not first.parent.exists()  # nothing written back into the old place
+    assert len(registered_versions(moved / ".fedtune")) == 1
+    import sqlite3
+
+    with sqlite3.connect(moved / ".fedtune" / "mlflow.db") as db:
+        (location,) = db.execute("SELECT storage_location FROM model_versions").fetchone()
+    assert str(moved / ".fedtune" / "mlartifacts") in location
