@@ -1,35 +1,40 @@
 """A TCP server that accepts connections and never answers: a hung endpoint, as seen by a client.
 
-Also a closed port (nothing listens), for servers that are simply down.
+Also a proxy that goes silent on demand (a server that hangs mid-run), and a closed port
+(nothing listens: a server that is simply down).
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 @contextmanager
-def hung_server() -> Iterator[str]:
-    """Yield ``http://127.0.0.1:PORT`` of a server that accepts and then stays silent."""
+def _accepting(on_connection: Callable[[socket.socket, list[socket.socket]], None]) -> Iterator[str]:
+    """Accept connections on a free port of 127.0.0.1 and hand each to ``on_connection``.
+
+    Yields the server's URL; every socket in the shared list is closed at the end.
+    """
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
-    listener.settimeout(0.2)
+    listener.settimeout(0.2)  # accept() wakes up to see the stop event
     held: list[socket.socket] = []
     stop = threading.Event()
 
-    def accept() -> None:
+    def serve() -> None:
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
             except (TimeoutError, OSError):
                 continue
-            held.append(conn)  # kept open, never read from or written to
+            held.append(conn)
+            on_connection(conn, held)
 
-    thread = threading.Thread(target=accept, daemon=True)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -39,6 +44,13 @@ def hung_server() -> Iterator[str]:
         for conn in held:
             conn.close()
         listener.close()
+
+
+@contextmanager
+def hung_server() -> Iterator[str]:
+    """Yield ``http://127.0.0.1:PORT`` of a server that accepts and then stays silent."""
+    with _accepting(lambda conn, held: None) as url:  # kept open, never read or answered
+        yield url
 
 
 def closed_port() -> str:
@@ -58,12 +70,6 @@ def hanging_proxy(target: str) -> Iterator[tuple[str, threading.Event]]:
     """
     host, port = target.removeprefix("http://").rsplit(":", 1)
     hang = threading.Event()
-    stop = threading.Event()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    listener.settimeout(0.2)
-    held: list[socket.socket] = []
 
     def pipe(src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -73,27 +79,13 @@ def hanging_proxy(target: str) -> Iterator[tuple[str, threading.Event]]:
         except OSError:
             pass
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            held.append(conn)
-            if hang.is_set():
-                continue
-            upstream = socket.create_connection((host, int(port)))
-            held.append(upstream)
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+    def forward(conn: socket.socket, held: list[socket.socket]) -> None:
+        if hang.is_set():
+            return
+        upstream = socket.create_connection((host, int(port)))
+        held.append(upstream)
+        for a, b in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", hang
-    finally:
-        stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        listener.close()
+    with _accepting(forward) as url:
+        yield url, hang

@@ -217,14 +217,13 @@ class S3Store(BlobStore):
             self._client.put_object(Bucket=self._bucket, Key=name, Body=data)
 
     def _read(self, name: str) -> bytes | None:
-        with self._errors("read", name):
-            try:
-                response = self._client.get_object(Bucket=self._bucket, Key=name)
-            except Exception as exc:
-                if self._is_missing(exc):
-                    return None
-                raise
-            return bytes(response["Body"].read())
+        body = self._open(name)
+        if body is None:
+            return None
+        try:
+            return body.read()
+        finally:
+            body.close()
 
     def _open(self, name: str) -> _Body | None:
         with self._errors("read", name):
