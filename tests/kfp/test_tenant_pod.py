@@ -43,7 +43,6 @@ def moto_endpoint() -> Iterator[str]:
 def s3_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> JobConfig:
     """The two-tenant job with its exchange store in a fresh bucket; round 1 configured."""
     use_fake_aws_env(monkeypatch, moto_endpoint)
-    monkeypatch.setattr(tenant_io, "_TIMEOUT_S", 15.0)  # a hang fails in seconds, not minutes
     bucket = create_bucket(moto_endpoint)
     job = two_tenant_job(
         tmp_path / "provider",
