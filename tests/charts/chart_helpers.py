@@ -99,3 +99,17 @@ def copy_chart(tmp_path: Path) -> Path:
 def load_yaml(path: Path) -> Any:
     """Parse one YAML file."""
     return yaml.safe_load(path.read_text())
+
+
+def install_notes(helm: Path, *extra: str) -> str:
+    """The NOTES a `helm install ft --dry-run=client` of the chart prints (extra: its flags)."""
+    proc = subprocess.run(
+        [str(helm), "install", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE,
+         "--dry-run=client", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:", 1)[1]

@@ -237,9 +237,28 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         _append(_ctr, "env", {"name": "HTTPS_PROXY", "value": "http://collector.provider:3128"}),
         (
             "refused environment variable HTTPS_PROXY: a tenant Job sets only "
-            "FEDTUNE_JOB_JSON, FEDTUNE_PRESIGNED, HOME=/tmp, HF_HUB_OFFLINE=1 and "
-            "FEDTUNE_S3_ENDPOINT_URL=https://s3.hospital-a.example"
+            "FEDTUNE_JOB_JSON, FEDTUNE_PRESIGNED, HF_HUB_OFFLINE=1, "
+            "FEDTUNE_S3_ENDPOINT_URL=https://s3.hospital-a.example, cache locations under /tmp "
+            "and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION, "
+            "AWS_ENDPOINT_URL_S3 from keys of Secret hospital-a-bucket"
         ),
+    ),
+    "own-secret-as-other-variable": (
+        _append(
+            _ctr,
+            "env",
+            {
+                "name": "PYTHONPATH",
+                "valueFrom": {"secretKeyRef": {"name": "hospital-a-bucket", "key": "endpoint"}},
+            },
+        ),
+        "refused environment variable PYTHONPATH",
+    ),
+    "cache-moved-out-of-scratch": (
+        lambda m: next(e for e in _ctr(m)["env"] if e["name"] == "HF_HOME").update(
+            value="/models"
+        ),
+        "refused environment variable HF_HOME",
     ),
     "redirected-bucket-endpoint": (
         lambda m: next(e for e in _ctr(m)["env"] if e["name"] == "FEDTUNE_S3_ENDPOINT_URL").update(

@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from chart_helpers import (
+    install_notes,
     CHART_DIR,
     KUBE_VERSION,
     SCENARIOS,
@@ -224,25 +225,7 @@ def test_shipped_pipelines_become_a_configmap_and_an_upload_job(
 
 
 def test_notes_tell_the_user_what_to_do_next(helm_bin: Path) -> None:
-    proc = subprocess.run(
-        [
-            str(helm_bin),
-            "install",
-            "ft",
-            str(CHART_DIR),
-            "--namespace",
-            "fedtune",
-            "--dry-run=client",
-            "--values",
-            str(VALUES_DIR / "external-s3-auth-serving.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    notes = proc.stdout.split("NOTES:", 1)[1]
+    notes = install_notes(helm_bin, "--values", str(VALUES_DIR / "external-s3-auth-serving.yaml"))
     for expected in (
         "helm test ft -n fedtune",
         "kubectl -n fedtune port-forward svc/ft-fedtune-mlflow 5000:5000",
@@ -253,3 +236,28 @@ def test_notes_tell_the_user_what_to_do_next(helm_bin: Path) -> None:
         "kubectl -n fedtune-serving get inferenceservice fedtune-llama",
     ):
         assert expected in notes, expected
+
+
+def test_tenant_job_limits_in_the_values_reach_the_launcher(
+    render: Renderer, tmp_path: Path
+) -> None:
+    from fedtune.engines.launcher_manifest import LauncherSettings, load_settings
+
+    result = render(
+        "multi-tenant-gpu",
+        set_values=[
+            "tenantDefaults.job.backoffLimit=0",
+            "tenantDefaults.job.activeDeadlineSeconds=900",
+            "tenantDefaults.job.ttlSecondsAfterFinished=60",
+            "tenantDefaults.job.startTimeoutSeconds=120",
+        ],
+    )
+    assert result.returncode == 0, result.stderr
+    (tenants_cm,) = [
+        c for c in result.of_kind("ConfigMap") if c["metadata"]["name"].endswith("-tenants")
+    ]
+    path = tmp_path / "tenants.json"
+    path.write_text(tenants_cm["data"]["tenants.json"])
+    assert load_settings(str(path)) == LauncherSettings(
+        backoff_limit=0, active_deadline_s=900, ttl_s=60, start_timeout_s=120
+    )

@@ -18,12 +18,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
+import yaml
 from chart_helpers import CHART_DIR, INSTALL_SCRIPT, Renderer
 from moto.server import ThreadedMotoServer
 
@@ -163,6 +165,10 @@ SECRETS = {
     ("fedtune-s3", "secret-access-key"): "test-secret-key",
     ("mlflow-auth", "admin-password"): "Sentinel-Admin-Pw-7f3a9c!",
     ("mlflow-auth", "flask-secret-key"): "0123456789abcdef0123456789abcdef",
+    ("fedtune-mlflow-pipeline", "username"): "fedtune-pipeline",
+    ("fedtune-mlflow-pipeline", "password"): "Sentinel-Pipeline-Pw-41c2e8",
+    ("fedtune-presigner", "access-key-id"): "presigner-key",
+    ("fedtune-presigner", "secret-access-key"): "presigner-secret",
 }
 
 
@@ -210,12 +216,10 @@ def http_status(url: str, host: str, auth: tuple[str, str] | None = None) -> int
         return int(exc.code)
 
 
-@pytest.mark.slow
-def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
-    render: Renderer, tmp_path: Path
-) -> None:
-    """MLflow started exactly as the chart configures it: healthy, answers the service's DNS
-    names, refuses foreign Host headers, requires the admin login, never logs the password."""
+@contextmanager
+def running_mlflow(render: Renderer, tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
+    """MLflow started exactly as the chart configures it with basic auth on; yields its base
+    URL, port and log file, and stops it afterwards."""
     rendered = render(
         "minimal", set_values=["mlflow.auth.enabled=true", "mlflow.auth.existingSecret=mlflow-auth"]
     )
@@ -250,6 +254,20 @@ def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
             assert server.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "MLflow did not become healthy in 120 s"
             time.sleep(0.5)  # polling a starting server; there is nothing to wait on instead
+        yield base, port, log_path
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
+    render: Renderer, tmp_path: Path
+) -> None:
+    """MLflow started exactly as the chart configures it: healthy, answers the service's DNS
+    names, refuses foreign Host headers, requires the admin login, never logs the password."""
+    with running_mlflow(render, tmp_path) as (base, port, log_path):
         api = f"{base}/api/2.0/mlflow/experiments/search?max_results=1"
         # 401 means the Host header passed MLflow's check and the auth layer answered.
         for host in (
@@ -264,14 +282,99 @@ def test_rendered_mlflow_server_runs_with_auth_and_host_checks(
         # from the Secret works.
         admin = ("admin", SECRETS[("mlflow-auth", "admin-password")])
         assert http_status(api, "ft-fedtune-mlflow.fedtune.svc.cluster.local:5000", admin) == 200
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, 15)
-        server.wait(timeout=30)
     log_text = log_path.read_text()
     assert SECRETS[("mlflow-auth", "admin-password")] not in log_text
     assert (tmp_path / "data" / "basic_auth.db").exists()
     assert (tmp_path / "data" / "mlflow.db").exists()
+
+
+def _track(base: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A provider step's MLflow calls, in a process with only ``env`` (plus PATH)."""
+    code = (
+        "import mlflow\n"
+        "mlflow.set_experiment('fedtune-itest')\n"
+        "with mlflow.start_run():\n"
+        "    mlflow.log_metric('loss', 0.5)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+             "MLFLOW_TRACKING_URI": base, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_pipeline_pods_track_to_an_auth_mlflow_as_the_user_the_bootstrap_creates(
+    render: Renderer, tmp_path: Path
+) -> None:
+    """The bootstrap Job's users container creates the pipeline's MLflow user; a provider
+    task's environment, as the compiled pipeline maps it from the Secret, then logs a run."""
+    from fedtune.config.secrets import MLFLOW_SECRET
+    from fedtune.pipelines.builder import ClusterSettings
+    from mlflow.server.auth.client import AuthServiceClient
+
+    rendered = render(
+        "minimal", set_values=["mlflow.auth.enabled=true", "mlflow.auth.existingSecret=mlflow-auth"]
+    )
+    (job,) = rendered.of_kind("Job")
+    users = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "users")
+    with running_mlflow(render, tmp_path) as (base, port, log_path):
+        cmd, env = local_command(users, tmp_path, port)
+        cmd = [f"--mlflow-uri={base}" if a.startswith("--mlflow-uri=") else a for a in cmd]
+        # No MinIO here: its half (the presigning user) is left out, the MLflow half runs.
+        assert "--presigner-bucket=fedtune-exchange" in cmd
+        cmd = [a for a in cmd if not a.startswith("--presigner-bucket=")]
+        for attempt in ("creates", "is idempotent"):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+            assert proc.returncode == 0, (attempt, proc.stderr[-3000:])
+        assert "already exists; password updated" in proc.stderr
+        # The provider task's env: every secretAsEnv the compiled pipeline maps from the
+        # MLflow Secret, resolved from the Secret's test contents.
+        provider_env = _compiled_secret_env(tmp_path, ClusterSettings(mlflow_uri=base), MLFLOW_SECRET)
+        assert set(provider_env) == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+        denied = _track(base, {})
+        assert denied.returncode != 0 and "401" in denied.stderr, denied.stderr[-2000:]
+        tracked = _track(base, provider_env)
+        assert tracked.returncode == 0, tracked.stderr[-3000:]
+        admin_env = {
+            "MLFLOW_TRACKING_USERNAME": "admin",
+            "MLFLOW_TRACKING_PASSWORD": SECRETS[("mlflow-auth", "admin-password")],
+        }
+        check = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from mlflow.server.auth.client import AuthServiceClient as C; "
+             "print(C(sys.argv[1]).get_user(sys.argv[2]).is_admin)", base,
+             SECRETS[(MLFLOW_SECRET, "username")]],
+            env={"PATH": os.environ["PATH"], **admin_env},
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert check.stdout.strip() == "False", check.stderr[-2000:]  # not an admin
+    log_text = log_path.read_text()
+    assert SECRETS[(MLFLOW_SECRET, "password")] not in log_text + proc.stderr + tracked.stderr
+
+
+def _compiled_secret_env(tmp_path: Path, settings: Any, secret: str) -> dict[str, str]:
+    """The env a provider task gets from ``secret`` in the compiled pipeline, values filled in."""
+    from fedtune.pipelines.compiling import compile_job
+    from tests.kfp.conftest import cluster_job_dict
+    from fedtune.config import parse_job
+
+    out = tmp_path / "pipeline.yaml"
+    compile_job(parse_job(cluster_job_dict()), out, settings=settings)
+    platform = list(yaml.safe_load_all(out.read_text()))[-1]
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    init = next(e for name, e in executors.items() if name.startswith("exec-server-init"))
+    env = {}
+    for ref in init["secretAsEnv"]:
+        if ref["secretName"] == secret:
+            assert ref.get("optional") is True  # absent when MLflow auth is off
+            for pair in ref["keyToEnv"]:
+                env[pair["envVar"]] = SECRETS[(secret, pair["secretKey"])]
+    return env
 
 
 def test_install_script_skips_a_working_helm(helm_bin: Path) -> None:
@@ -285,3 +388,44 @@ def test_install_script_skips_a_working_helm(helm_bin: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stderr
     assert "downloading" not in proc.stderr
+
+
+def test_bootstrap_users_names_a_missing_secret_key_and_prints_no_credential() -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "AWS_ACCESS_KEY_ID": "root",
+        "AWS_SECRET_ACCESS_KEY": "root-secret-never-printed",
+        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+        "PRESIGNER_ACCESS_KEY_ID": "presigner",  # its secret key is missing
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bootstrap_users.py"), "--presigner-bucket=x", "--wait-seconds=0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "PRESIGNER_SECRET_ACCESS_KEY is empty" in proc.stderr
+    assert "objectStore.presignerSecret" in proc.stderr
+    assert "root-secret-never-printed" not in proc.stdout + proc.stderr
+
+
+def test_the_bootstrap_runs_the_users_container_only_when_there_is_a_user_to_create(
+    render: Renderer,
+) -> None:
+    def containers(*values: str) -> dict[str, Any]:
+        rendered = render("minimal", set_values=list(values))
+        assert rendered.returncode == 0, rendered.stderr
+        (job,) = rendered.of_kind("Job")
+        return {c["name"]: c for c in job["spec"]["template"]["spec"]["containers"]}
+
+    users = containers()["users"]  # MinIO: the presigning user
+    assert "--presigner-bucket=fedtune-exchange" in users["args"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in users["env"] if "valueFrom" in e}
+    assert refs["PRESIGNER_SECRET_ACCESS_KEY"] == {
+        "name": "fedtune-presigner",
+        "key": "secret-access-key",
+    }
+    assert set(containers("objectStore.presignerSecret=")) == {"bootstrap"}

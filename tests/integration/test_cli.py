@@ -70,8 +70,8 @@ def test_run_with_unreachable_s3_fails_fast(
     job["tenants"][0]["data_uri"] = "s3://tenant-a-bucket/train.jsonl"
     code = main(["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"])
     err = capsys.readouterr().err
-    assert code != 0
-    assert "tenant-a" in err and "StoreError" in err
+    assert code == 12  # a store outage, not bad data
+    assert "tenant-a" in err and "StoreUnavailable" in err
     details = tmp_path / "w" / "tenants" / "tenant-a" / "jobs" / "itest" / "errors" / "preflight.txt"
     assert "127.0.0.1:9" in details.read_text()
 
@@ -87,6 +87,21 @@ def test_run_writes_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     summary = json.loads(summary_path.read_text())
     assert summary["rounds"][0]["round"] == 1
     assert "summary:" in capsys.readouterr().out
+
+
+def test_the_table_shows_the_bytes_of_every_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tiny_job_dict(tmp_path / "w", rounds=1)
+    summary_path = tmp_path / "summary.json"
+    args = ["run", str(write_job(tmp_path / "job.yaml", job)), "--no-progress"]
+    assert main([*args, "--summary-json", str(summary_path)]) == 0
+    out = capsys.readouterr().out
+    tenants = json.loads(summary_path.read_text())["rounds"][0]["tenants"]
+    assert len(tenants) == 3
+    for name, values in tenants.items():
+        assert values["bytes_received"] > 0
+        assert f"{name} {values['bytes_sent']:,}/{values['bytes_received']:,}" in out
 
 
 def test_partition_writes_files_and_prints_table(

@@ -80,7 +80,7 @@ def test_resume_with_changed_config_is_refused(tmp_path: Path) -> None:
     job = parse_job(tiny_job_dict(tmp_path / "w", rounds=1))
     run_job(job, NullTracker(), QUIET)
     changed = parse_job(tiny_job_dict(tmp_path / "w", rounds=1, seed=99))
-    with pytest.raises(ConfigError, match="changed since its stored run: seed changed"):
+    with pytest.raises(ConfigError, match=r"changed since its stored run .*changed:\n  seed: 7 -> 99"):
         run_job(changed, NullTracker(), RunOptions(progress=False, resume=True))
 
 

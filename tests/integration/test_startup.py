@@ -56,3 +56,5 @@ def test_a_run_without_tracking_prints_no_registry_lines(tmp_path: Path) -> None
     assert "model: " in done.stdout and "summary: " in done.stdout
     # Library chatter (DeepSpeed's accelerator notice, shard bars) stays off stdout.
     assert "[WARNING]" not in done.stdout and "Writing model shards" not in done.stdout
+    # Nor one library's deprecation notice about another (peft reading transformers).
+    assert "Writing model shards" not in done.stderr and "FutureWarning" not in done.stderr

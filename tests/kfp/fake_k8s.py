@@ -80,6 +80,7 @@ class State:
 
     status: dict[str, Any]
     pods: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # of the Job (e.g. FailedCreate)
 
 
 @dataclass
@@ -142,6 +143,10 @@ class FakeJobApi:
     ) -> None:
         self.calls.append("watch_pods")
         self._advance(timeout_s)
+
+    def list_job_events(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self.calls.append("list_job_events")
+        return copy.deepcopy(self._current().events)
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("read_pod")

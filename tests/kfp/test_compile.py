@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from fedtune import __version__
-from fedtune.cli.kfp_commands import register_compile, register_submit
+from fedtune.cli.kfp_commands import register_compile
+from fedtune.cli.submit import register_submit
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.pipelines import catalog

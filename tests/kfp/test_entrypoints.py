@@ -115,8 +115,9 @@ def test_a_chained_run_needs_the_state_of_the_round_before_it(tmp_path: Path) ->
 def test_resuming_with_a_changed_job_is_refused(tmp_path: Path) -> None:
     server_init.run(two_tenant_job(tmp_path / "w"))
     changed = two_tenant_job(tmp_path / "w", training={"local_steps": 3, "batch_size": 4})
-    with pytest.raises(ConfigError, match="changed since its stored run"):
+    with pytest.raises(ConfigError, match="changed since its stored run") as info:
         server_init.run(changed)
+    assert "training.local_steps: 2 -> 3" in str(info.value)
 
 
 def test_a_non_json_job_config_parameter_is_a_config_error() -> None:

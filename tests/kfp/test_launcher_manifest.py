@@ -19,6 +19,7 @@ from fedtune.engines.launcher_manifest import (
     build_job_manifest,
     job_name,
     load_deployment,
+    load_settings,
 )
 from tests.kfp.conftest import cluster_job_dict
 
@@ -36,7 +37,6 @@ def gpu_job() -> JobConfig:
         "memory": "16Gi",
         "gpu": 2,
         "node_selector": {"pool": "a100"},
-        "tolerations": [{"key": "team-a", "operator": "Exists", "effect": "NoSchedule"}],
     }
     return parse_job(raw)
 
@@ -73,7 +73,7 @@ def container(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def env_of(m: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(m)["env"]}
+    return {e["name"]: e["value"] for e in container(m)["env"] if "value" in e}
 
 
 def test_job_runs_in_the_tenants_namespace_under_a_deterministic_dns_name() -> None:
@@ -105,27 +105,45 @@ def test_job_limits_ttl_deadline_and_istio_annotation() -> None:
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
 
 
-def test_tenant_bucket_secret_comes_from_its_own_namespace_and_no_provider_credentials(
+def test_tenant_bucket_secret_keys_reach_boto3_by_name_and_no_provider_credentials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "PROVIDER-KEY-ID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "provider-secret-never-shipped")
     m = manifest()
     c = container(m)
-    assert c["envFrom"] == [{"secretRef": {"name": "tenant-a-bucket"}}]
-    env = env_of(m)
-    assert set(env) == {
-        "FEDTUNE_JOB_JSON",
-        "FEDTUNE_PRESIGNED",
-        "HOME",
-        "HF_HUB_OFFLINE",
-        "FEDTUNE_S3_ENDPOINT_URL",
+    assert "envFrom" not in c  # envFrom would hand boto3 `access-key-id`, a name it ignores
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e
     }
+    assert refs == {
+        "AWS_ACCESS_KEY_ID": {"name": "tenant-a-bucket", "key": "access-key-id"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "tenant-a-bucket", "key": "secret-access-key"},
+        "AWS_SESSION_TOKEN": {"name": "tenant-a-bucket", "key": "session-token", "optional": True},
+        "AWS_DEFAULT_REGION": {"name": "tenant-a-bucket", "key": "region", "optional": True},
+        "AWS_ENDPOINT_URL_S3": {"name": "tenant-a-bucket", "key": "endpoint", "optional": True},
+    }
+    env = env_of(m)
     assert env["FEDTUNE_S3_ENDPOINT_URL"] == "https://s3.tenant-a.example"  # the tenant's own
     assert json.loads(env["FEDTUNE_PRESIGNED"]) == URLS
     text = json.dumps(m)
     assert "PROVIDER-KEY-ID" not in text and "provider-secret-never-shipped" not in text
-    assert "secretKeyRef" not in text  # no single keys of provider Secrets either
+    secrets = {r["name"] for r in refs.values()}
+    assert secrets == {"tenant-a-bucket"}  # no key of any other Secret
+
+
+def test_root_filesystem_is_read_only_and_caches_live_in_the_scratch_volume() -> None:
+    m = manifest()
+    c = container(m)
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    (scratch,) = m["spec"]["template"]["spec"]["volumes"]
+    assert scratch["emptyDir"] == {} and c["volumeMounts"] == [
+        {"name": scratch["name"], "mountPath": "/tmp"}
+    ]
+    env = env_of(m)
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "HF_HOME", "TORCH_HOME", "MPLCONFIGDIR"):
+        assert env[name].startswith("/tmp"), name
+    assert "TRITON_CACHE_DIR" in env and "MLFLOW_TRACKING_DIR" not in env
 
 
 def test_tenant_pod_sees_no_other_tenants_uris_no_tracking_and_no_exchange_uri() -> None:
@@ -139,22 +157,46 @@ def test_tenant_pod_sees_no_other_tenants_uris_no_tracking_and_no_exchange_uri()
     parse_job(seen)  # still a valid job for the pod
 
 
-def test_gpu_limit_node_selector_and_tolerations_come_from_the_tenant() -> None:
-    m = manifest()
+def test_gpu_limit_and_placement_come_from_the_chart_and_the_job_may_only_narrow_it() -> None:
+    raw = cluster_job_dict()
+    raw["tenants"][0]["resources"] = {
+        "cpu": "4",
+        "memory": "16Gi",
+        "gpu": 2,
+        "node_selector": {"pool": "a100"},  # a further constraint: allowed
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    m = manifest(job=parse_job(raw))
     pod = m["spec"]["template"]["spec"]
     res = container(m)["resources"]
     assert res["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
     assert res["requests"] == {"cpu": "4", "memory": "16Gi"}
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "a100"}
-    assert pod["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "team-a", "operator": "Exists", "effect": "NoSchedule"},
-    ]
+    assert pod["tolerations"] == list(DEPLOYMENT.tolerations)
     cpu_only = manifest(
         tenant_name="tenant-b", deployment=TenantDeployment("fedtune-tenant-b", "b")
     )
     assert "nvidia.com/gpu" not in container(cpu_only)["resources"]["limits"]
     assert cpu_only["spec"]["template"]["spec"]["nodeSelector"] == {}
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        (
+            {"tolerations": [{"key": "team-a", "operator": "Exists", "effect": "NoSchedule"}]},
+            "adds toleration {'key': 'team-a'",
+        ),
+        ({"node_selector": {"nvidia.com/gpu.present": "false"}}, "overrides nodeSelector"),
+    ],
+    ids=["extra-toleration", "node-selector-override"],
+)
+def test_a_job_cannot_widen_the_charts_placement(resources: dict[str, Any], message: str) -> None:
+    raw = cluster_job_dict()
+    raw["tenants"][0]["resources"] = resources
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        manifest(job=parse_job(raw))
+    assert "tenants[].tolerations" in info.value.fix or "nodeSelector" in info.value.fix
 
 
 def test_pod_is_non_root_with_no_api_token_and_runs_the_step_entrypoint() -> None:
@@ -226,6 +268,31 @@ def test_bad_tenants_file_entries_are_refused(
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         load_deployment(gpu_job().tenants[0], tenants_file(tmp_path, **entry))
     assert info.value.fix
+
+
+def test_job_limits_come_from_the_charts_launcher_values(tmp_path: Path) -> None:
+    path = Path(tenants_file(tmp_path))
+    doc = json.loads(path.read_text())
+    assert load_settings(str(path)) == LauncherSettings()  # no launcher section: the defaults
+    doc["launcher"] = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": 900,
+        "ttlSecondsAfterFinished": 60,
+        "startTimeoutSeconds": 120,
+    }
+    path.write_text(json.dumps(doc))
+    got = load_settings(str(path))
+    assert (got.backoff_limit, got.active_deadline_s, got.ttl_s, got.start_timeout_s) == (
+        0,
+        900,
+        60,
+        120,
+    )
+    doc["launcher"]["activeDeadlineSeconds"] = "soon"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="launcher.activeDeadlineSeconds") as info:
+        load_settings(str(path))
+    assert "tenantDefaults.job" in info.value.fix
 
 
 def test_missing_tenants_file_says_how_to_get_one(tmp_path: Path) -> None:

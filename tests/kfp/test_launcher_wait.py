@@ -146,6 +146,65 @@ def test_timeout_deletes_the_job_and_says_why_it_did_not_run() -> None:
     assert "node selector" in error.fix
 
 
+QUOTA = (
+    'Error creating: pods "kfp-c1-tenant-a-x" is forbidden: exceeded quota: fedtune-quota, '
+    "requested: requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=1, "
+    "limited: requests.nvidia.com/gpu=1"
+)
+SLOW_START = LauncherSettings(active_deadline_s=6 * 3600, poll_s=10, start_timeout_s=120)
+
+
+def failed_create(message: str, count: int = 1) -> dict[str, Any]:
+    """A Job event as the Job controller records a pod it could not create."""
+    return {"type": "Warning", "reason": "FailedCreate", "message": message, "count": count}
+
+
+def run_quota_rejection() -> tuple[FakeJobApi, FedtuneError]:
+    api = FakeJobApi(
+        [State(job_status(active=0)), State(job_status(), events=[failed_create(QUOTA)])]
+    )
+    with pytest.raises(FedtuneError) as info:
+        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+    return api, info.value
+
+
+def test_a_quota_rejection_fails_the_step_within_the_start_timeout_naming_the_reason() -> None:
+    api, error = run_quota_rejection()
+    # The first rejection is seen after one 10 s poll; 120 s later the step gives up, not 6 h.
+    assert api.clock.now - FakeClock().now <= 10 + 120 + 10
+    assert "exceeded quota: fedtune-quota" in str(error) and "FailedCreate" in str(error)
+    assert "could not start its pod for 120 s" in str(error)
+    assert len(api.deleted) == 1
+    assert "kubectl -n fedtune-tenant-a describe job" in error.fix
+
+
+def test_an_admission_denial_or_unschedulable_pod_fails_the_same_way() -> None:
+    denied = failed_create(
+        'Error creating: pods "p" is forbidden: violates PodSecurity "restricted:latest"'
+    )
+    api = FakeJobApi([State(job_status(), events=[denied])])
+    with pytest.raises(FedtuneError, match='violates PodSecurity "restricted:latest"'):
+        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+    stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes are available: 3 Insufficient gpu")
+    api = FakeJobApi([State(job_status(active=1), [stuck])])
+    with pytest.raises(FedtuneError, match="Unschedulable: 0/3 nodes are available") as info:
+        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+    assert api.clock.now - FakeClock().now <= 120 + 10
+
+
+def test_a_pod_that_is_scheduled_late_is_not_failed() -> None:
+    stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes: scaling up")
+    api = FakeJobApi(
+        [
+            State(job_status(), events=[failed_create(QUOTA)]),  # quota frees up after a while
+            *[State(job_status(active=1), [stuck])] * 11,  # blocked 110 s of the 120 allowed
+            State(job_status(active=1), [pod("p1")]),
+            State(job_status("Complete", succeeded=1), [pod("p1", phase="Succeeded")]),
+        ]
+    )
+    assert launch(api, the_manifest(), settings=SLOW_START, clock=api.clock).seconds == 130
+
+
 def test_a_pod_that_cannot_start_fails_fast_and_names_the_missing_secret() -> None:
     waiting = {
         "reason": "CreateContainerConfigError",
@@ -197,7 +256,7 @@ def test_the_permissions_the_launcher_uses_are_exactly_launcher_rules() -> None:
     }
     assert protocol == set(KubernetesJobApi.PERMISSIONS)
     used: set[str] = set()
-    for scenario in (run_success, run_failure, run_timeout, run_reattach):
+    for scenario in (run_success, run_failure, run_timeout, run_reattach, run_quota_rejection):
         result = scenario()
         api = result[0] if isinstance(result, tuple) else result
         used |= set(api.calls)

@@ -34,6 +34,9 @@ one pass instead of one `helm install` per mistake. Rendered from templates/vali
 {{- else if gt (int $v.mlflow.replicas) 1 }}
 {{- $errors = append $errors (printf "mlflow.replicas is %d but mlflow.backend.type=sqlite: one SQLite file on a ReadWriteOnce volume cannot be shared by several servers. Fix: set mlflow.replicas=1, or use mlflow.backend.type=postgresql." (int $v.mlflow.replicas)) }}
 {{- end }}
+{{- if and $v.mlflow.auth.enabled (not $v.mlflow.auth.pipelineSecret) }}
+{{- $errors = append $errors "mlflow.auth.enabled=true but mlflow.auth.pipelineSecret is empty: pipeline pods would get 401 from MLflow. Fix: create a Secret with keys username and password (kubectl create secret generic fedtune-mlflow-pipeline --from-literal=username=fedtune-pipeline --from-literal=password=$(openssl rand -hex 24)) and set mlflow.auth.pipelineSecret=fedtune-mlflow-pipeline." }}
+{{- end }}
 {{- if and $v.mlflow.auth.enabled (not $v.mlflow.auth.existingSecret) }}
 {{- $errors = append $errors "mlflow.auth.enabled=true but mlflow.auth.existingSecret is empty: MLflow has no default admin password. Fix: create a Secret with keys admin-password and flask-secret-key (kubectl create secret generic mlflow-auth --from-literal=admin-password=... --from-literal=flask-secret-key=$(openssl rand -hex 32)) and set mlflow.auth.existingSecret." }}
 {{- end }}

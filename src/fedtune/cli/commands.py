@@ -99,18 +99,33 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else ("-" if value is None else str(value))
 
 
+#: Tenants listed one per line in a round's bytes cell; more are summed into one line.
+_BYTES_LINES = 8
+
+
+def _bytes_cell(tenants: dict[str, dict[str, Any]]) -> str:
+    """Bytes out / in of every tenant of a round, one line each (a total line for many)."""
+    pairs = {n: (int(t.get("bytes_sent") or 0), int(t.get("bytes_received") or 0)) for n, t in tenants.items()}
+    lines = [f"{n} {out:,}/{back:,}" for n, (out, back) in list(pairs.items())[:_BYTES_LINES]]
+    if len(pairs) > _BYTES_LINES:
+        rest = list(pairs.values())[_BYTES_LINES:]
+        lines.append(
+            f"{len(rest)} more {sum(p[0] for p in rest):,}/{sum(p[1] for p in rest):,}"
+        )
+    return escape("\n".join(lines))
+
+
 def _print_summary(summary: dict[str, Any], path: Path) -> None:
     table = Table(title=f"{summary['job']} ({summary['algorithm']})")
-    for column in ("round", "tenants", "train loss", "eval loss", "bytes out/in per tenant", "seconds"):
-        table.add_column(column, justify="right")
+    for column in ("round", "tenants", "train loss", "eval loss", "bytes out/in", "seconds"):
+        table.add_column(column, justify="right", no_wrap=column == "bytes out/in")
     for record in summary["rounds"]:
-        first = next(iter(record["tenants"].values()), {})
         table.add_row(
             str(record["round"]),
             f"{len(record['accepted'])}/{len(record['sampled'])}",
             _fmt(record["train_loss"]),
             _fmt(record["eval_loss"]),
-            f"{first.get('bytes_sent', 0):,} / {first.get('bytes_received', 0):,}",
+            _bytes_cell(record["tenants"]),
             f"{record['wall_time']['total']:.1f}",
         )
     out.print(table)
@@ -201,9 +216,10 @@ def registrars() -> list[Registrar]:
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
     from fedtune.cli.identity import register_identity
-    from fedtune.cli.kfp_commands import register_compile, register_submit
+    from fedtune.cli.kfp_commands import register_compile
     from fedtune.cli.partition import register_partition
     from fedtune.cli.serving import register_serving as register_promote_and_serve
+    from fedtune.cli.submit import register_submit
 
     return [
         register_validate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
@@ -153,7 +153,8 @@ class TrackingConfig(StrictModel):
 
 
 class LimitsConfig(StrictModel):
-    """Bounds that protect the provider from malformed updates."""
+    """Bounds that protect the provider from malformed updates and input, and bound every
+    wait on a store or the tracking server (seconds, not minutes)."""
 
     max_update_bytes: int = Field(
         256 * 2**20, ge=1024, le=2**40, description="Largest accepted update, in bytes."
@@ -166,13 +167,39 @@ class LimitsConfig(StrictModel):
         "max_samples of their own; larger claims are rejected (they would dominate a "
         "sample-weighted mean).",
     )
-
     max_update_norm: float | None = Field(
         None,
         gt=0.0,
         description="Largest L2 norm of an update's change from the broadcast (off when "
         "unset); under secure aggregation each tenant checks its own before masking and the "
         "provider checks the unmasked mean.",
+    )
+    max_record_bytes: int = Field(
+        2**20,
+        ge=256,
+        le=2**31,
+        description="Longest accepted line of a JSON Lines dataset, in bytes; a longer record "
+        "is skipped (with its line number in the log) while the file is read, never held in "
+        "memory whole.",
+    )
+    store_connect_timeout_s: float = Field(
+        5.0, gt=0.0, le=600.0, description="S3 stores: seconds to wait for a connection."
+    )
+    store_read_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=3600.0,
+        description="S3 stores: seconds to wait for the next bytes of an answer; a server "
+        "silent for longer counts as an outage.",
+    )
+    store_max_attempts: int = Field(
+        3, ge=1, le=20, description="S3 stores: tries per request, the first included."
+    )
+    tracking_timeout_s: int = Field(
+        30, ge=1, le=3600, description="MLflow server: seconds to wait for each answer."
+    )
+    tracking_max_retries: int = Field(
+        2, ge=0, le=10, description="MLflow server: retries of a failed request (1 s, 2 s, ... apart)."
     )
 
     def sample_cap(self, tenant: TenantConfig) -> int:
@@ -331,7 +358,10 @@ class JobConfig(StrictModel):
         "exchange_uri is set).",
     )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Tracking.")
-    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Update bounds.")
+    limits: LimitsConfig = Field(
+        default_factory=LimitsConfig,
+        description="Bounds on updates, records, and waits on stores and the tracking server.",
+    )
     audit: AuditConfig = Field(
         default_factory=AuditConfig,
         description="Memorization audit of the final model on the tenants' own data; the "
@@ -346,6 +376,14 @@ class JobConfig(StrictModel):
         description="Default engine and its workers: `local`, `kfp-local`, or "
         "`{name: local, workers: auto}`.",
     )
+
+    #: The folder of the job file it was read from (set by the loader; not a setting).
+    _source_dir: str | None = PrivateAttr(None)
+
+    @property
+    def source_dir(self) -> str | None:
+        """The folder of the job file this config was read from, if it was read from one."""
+        return self._source_dir
 
     @model_validator(mode="after")
     def _cross_checks(self) -> JobConfig:

@@ -119,13 +119,16 @@ def parse_job(raw: Any, *, base_dir: Path | None = None, source: str = "<job>") 
     if base_dir is not None:
         raw = _resolve_paths(raw, base_dir)
     try:
-        return JobConfig.model_validate(raw)
+        job = JobConfig.model_validate(raw)
     except ValidationError as exc:
         lines = format_validation_errors(exc)
         raise ConfigError(
             f"{source}: {len(lines)} problem(s) in the job config:\n  " + "\n  ".join(lines),
             fix="Correct each field listed above, then run `fedtune validate` again.",
         ) from None
+    if base_dir is not None:
+        job._source_dir = str(base_dir.absolute())  # what the stored fingerprint counts from
+    return job
 
 
 def load_job(path: str | Path) -> JobConfig:

@@ -63,6 +63,14 @@ class StoreError(FedtuneError):
     redacted_message = "a store the tenant's step uses cannot be read or written"
 
 
+class StoreUnavailable(StoreError):
+    """A store's server cannot be reached or did not answer within the job's bounds: an outage."""
+
+    exit_code = 12
+    fix = "Check that the store's server is up and reachable; then run again with --resume."
+    redacted_message = "a store the tenant's step uses did not answer (a store outage)"
+
+
 class IntegrityError(StoreError):
     """A blob does not match the sha256 stored beside it."""
 

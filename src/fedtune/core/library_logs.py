@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 #: Library loggers whose records go to the log at DEBUG.
 LIBRARY_LOGGERS = ("DeepSpeed", "mlflow")
 #: Environment settings that turn library progress bars off (unless the user set them).
 QUIET_ENV = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # MLflow 3 reports usage to config.mlflow-telemetry.io unless told not to.
+    "MLFLOW_DISABLE_TELEMETRY": "true",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
 _TARGET = "fedtune.library"
@@ -65,10 +68,19 @@ class _DebugOnly(logging.Logger):
         """Keep the router."""
 
 
+#: Warnings one library raises about another's use of it, which no fedtune user can act on.
+LIBRARY_WARNINGS = (
+    # peft 0.21 reads transformers 5's deprecated attribute on every get_peft_model.
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+)
+
+
 def quiet_libraries() -> None:
     """Install the DEBUG routing for :data:`LIBRARY_LOGGERS` and switch library bars off."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    for category, message in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
     for name in LIBRARY_LOGGERS:
         existing = logging.Logger.manager.loggerDict.get(name)
         if isinstance(existing, logging.Logger):

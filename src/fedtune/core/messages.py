@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from fedtune.core.errors import IntegrityError
 from fedtune.storage.base import Store
+from fedtune.storage.uri import removal_command
 
 M = TypeVar("M", bound="Message")
 
@@ -31,9 +33,25 @@ class Message:
 
     @classmethod
     def load(cls: type[M], store: Store, key: str) -> M:
-        """Read a message written by :meth:`save` (checksums verified)."""
-        meta = store.get_json(f"{key}.json")
-        return cls(tensors=store.get_tensors(f"{key}.safetensors"), meta=meta)
+        """Read a message written by :meth:`save` (checksums verified).
+
+        Raises:
+            IntegrityError: A half fails its checksum; the fix names the exact command that
+                removes the whole message (both halves and their sidecars), after which
+                the step that wrote it runs again on ``--resume``.
+        """
+        try:
+            meta = store.get_json(f"{key}.json")
+            return cls(tensors=store.get_tensors(f"{key}.safetensors"), meta=meta)
+        except IntegrityError as exc:
+            # Removing only the damaged half is not enough: the JSON half alone still
+            # marks the message (and its step) as done.
+            command = removal_command(store.uri, [f"{key}.safetensors", f"{key}.json"])
+            raise IntegrityError(
+                str(exc),
+                fix=f"Remove the whole message so the step that wrote it runs again: `{command}`; "
+                "then run the same command with --resume.",
+            ) from exc
 
     @staticmethod
     def stored(store: Store, key: str) -> bool:

@@ -218,7 +218,11 @@ def _to_example(
 
 
 def load_examples(
-    data: bytes | str | Path, source: str | None = None, format: Format | None = None
+    data: bytes | str | Path | Any,
+    source: str | None = None,
+    format: Format | None = None,
+    *,
+    max_record_bytes: int | None = None,
 ) -> list[Example]:
     """Read a JSON Lines dataset into examples.
 
@@ -227,27 +231,37 @@ def load_examples(
     format.
 
     Args:
-        data: File content as bytes, or a local path.
+        data: File content as bytes, a local path, or a binary stream.
         source: Name used in errors (e.g. the store URI); defaults to the path.
         format: Force a format instead of detecting it.
+        max_record_bytes: Skip longer lines as they are read (see ``iter_jsonl``).
 
     Raises:
         DataError: On any unreadable line or record (with file and line), or an empty file.
     """
-    return [example for _, example in load_numbered_examples(data, source, format)]
+    return [
+        example
+        for _, example in load_numbered_examples(
+            data, source, format, max_record_bytes=max_record_bytes
+        )
+    ]
 
 
 def load_numbered_examples(
-    data: bytes | str | Path, source: str | None = None, format: Format | None = None
+    data: bytes | str | Path | Any,
+    source: str | None = None,
+    format: Format | None = None,
+    *,
+    max_record_bytes: int | None = None,
 ) -> list[tuple[int, Example]]:
     """Like :func:`load_examples`, each example with its line number in the file (from 1).
 
     Raises:
         DataError: As :func:`load_examples`.
     """
-    name = source or (str(data) if not isinstance(data, bytes) else "<bytes>")
+    name = source or (str(data) if isinstance(data, str | Path) else "<bytes>")
     examples: list[tuple[int, Example]] = []
-    for line, record in iter_jsonl(data, name):
+    for line, record in iter_jsonl(data, name, max_record_bytes=max_record_bytes):
         if format is None:
             format = detect_format(record, source=name, line=line)
         examples.append((line, to_example(record, format, source=name, line=line)))

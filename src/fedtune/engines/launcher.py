@@ -33,6 +33,7 @@ from fedtune.engines.launcher_manifest import (
     LauncherSettings,
     build_job_manifest,
     load_deployment,
+    load_settings,
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
 from fedtune.entrypoints.tenant_io import StepKind, presign, step_objects
@@ -104,6 +105,10 @@ class JobApi(Protocol):
         """The pod by name, or None."""
         ...
 
+    def list_job_events(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        """The Job's own events (the Job controller reports pods it cannot create there)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LaunchOutcome:
@@ -152,6 +157,43 @@ def _pending_reasons(pods: list[dict[str, Any]]) -> str:
         if c.get("type") == "PodScheduled" and c.get("status") == "False"
     ]
     return "; ".join(reasons) or "no pod reported a scheduling problem"
+
+
+def _blocked_reason(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str | None:
+    """Why no pod of the Job can start, or None while one runs or may still start.
+
+    Quota, LimitRange and admission (Pod Security, policies, webhooks) refuse the pod itself:
+    the Job controller records a ``FailedCreate`` event on the Job and no pod exists. A pod
+    that exists but fits on no node has ``PodScheduled=False``, reason ``Unschedulable``.
+    """
+    if any(_started(p) for p in pods):
+        return None
+    if pods:
+        unschedulable = [
+            f"pod {p['metadata']['name']} {c.get('reason', '')}: {c.get('message', '')}"
+            for p in pods
+            for c in (p.get("status") or {}).get("conditions") or []
+            if c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ]
+        return "; ".join(unschedulable) or None
+    refused = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not refused:
+        return None
+    newest = refused[-1]
+    return f"FailedCreate: {newest.get('message', '')}"
+
+
+def _started(pod: dict[str, Any]) -> bool:
+    """The pod was placed on a node (it may still be pulling its image) or has ended."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending"):
+        return True
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _termination_message(pod: dict[str, Any]) -> str | None:
@@ -209,10 +251,13 @@ def wait_for_job(
 
     Raises:
         FedtuneError: The Job failed (with the redacted failure its pod left), a pod cannot start (bad image,
-            missing Secret), the Job vanished, or it did not finish in time (it is deleted).
+            missing Secret), no pod could be created or scheduled for ``start_timeout_s``
+            (quota, admission, no fitting node), the Job vanished, or it did not finish in
+            time (in the last three cases the Job is deleted).
     """
     started = clock()
     deadline = started + settings.active_deadline_s + settings.grace_s
+    blocked_since: float | None = None
     while True:
         job, job_version = api.list_job(namespace, name)
         if job is None:
@@ -235,6 +280,21 @@ def wait_for_job(
                 f"in namespace {namespace}; the Job was deleted.",
             )
         now = clock()
+        blocked = _blocked_reason(pods, api.list_job_events(namespace, name) if not pods else [])
+        blocked_since = None if blocked is None else (now if blocked_since is None else blocked_since)
+        if blocked is not None and blocked_since is not None:
+            if now - blocked_since >= settings.start_timeout_s:
+                api.delete_job(namespace, name)
+                raise FedtuneError(
+                    f"Job {namespace}/{name} could not start its pod for "
+                    f"{settings.start_timeout_s:.0f} s: {blocked}; it was deleted",
+                    fix=f"Check the tenant's quota, LimitRange and admission policies and the "
+                    f"nodes its selector allows (`kubectl -n {namespace} describe job {name}`), "
+                    "or raise tenantDefaults.job.startTimeoutSeconds in the chart.",
+                )
+            deadline_wait = blocked_since + settings.start_timeout_s - now
+        else:
+            deadline_wait = float("inf")
         if now >= deadline:
             api.delete_job(namespace, name)
             raise FedtuneError(
@@ -243,7 +303,7 @@ def wait_for_job(
                 fix=f"Check the tenant's quota, node selector and GPUs (`kubectl -n {namespace} "
                 "describe pods`), or raise the launcher's deadline.",
             )
-        timeout = min(settings.poll_s, deadline - now)
+        timeout = min(settings.poll_s, deadline - now, deadline_wait)
         # Pods carry the fine-grained changes (container states); without pods, the Job does.
         if pods:
             api.watch_pods(namespace, name, pod_version, timeout)
@@ -286,7 +346,7 @@ def run_tenant_step(
     *,
     run_key: str = "",
     api: JobApi | None = None,
-    settings: LauncherSettings = DEFAULT_SETTINGS,
+    settings: LauncherSettings | None = None,
     tenants_file: str | None = None,
     force_cluster: bool = False,
     clock: Callable[[], float] = time.monotonic,
@@ -295,7 +355,8 @@ def run_tenant_step(
 
     Returns the step's result: for ``client`` the shape of
     :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``, for
-    ``audit`` ``{"scores": {...}}``.
+    ``audit`` ``{"scores": {...}}``. ``settings`` defaults to the Job limits of the tenants
+    file (the chart's ``tenantDefaults.job``).
     """
     config = next((t for t in job.tenants if t.name == tenant), None)
     if config is None:
@@ -313,6 +374,7 @@ def run_tenant_step(
     if final_key is not None and store.exists(final_key[0](job.rounds)):
         return {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True}
     deployment = load_deployment(config, tenants_file)
+    settings = settings or load_settings(tenants_file)  # the chart's tenantDefaults.job
     urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
     step_round = round_index if kind == "client" else job.rounds
     manifest = build_job_manifest(
@@ -368,6 +430,7 @@ class KubernetesJobApi:
         "list_pods": ("", "pods", "list"),
         "watch_pods": ("", "pods", "watch"),
         "read_pod": ("", "pods", "get"),
+        "list_job_events": ("", "events", "list"),
     }
 
     def __init__(self) -> None:
@@ -484,4 +547,16 @@ class KubernetesJobApi:
         with self._errors("get pods", namespace, missing_ok=True):
             return dict(self._plain(self._core.read_namespaced_pod(name, namespace)))
         return None
+
+    def list_job_events(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        with self._errors("list events", namespace):
+            found = self._plain(
+                self._core.list_namespaced_event(
+                    namespace,
+                    field_selector=f"involvedObject.kind=Job,involvedObject.name={job_name}",
+                )
+            )
+        items = list(found.get("items") or [])
+        # Oldest first, so the last one is the controller's latest word.
+        return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 

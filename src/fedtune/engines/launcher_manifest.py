@@ -38,13 +38,42 @@ _TENANTS_FIX = (
 )
 
 
+TENANT_SECRET_ENV: tuple[tuple[str, str, bool], ...] = (
+    ("AWS_ACCESS_KEY_ID", "access-key-id", False),
+    ("AWS_SECRET_ACCESS_KEY", "secret-access-key", False),
+    ("AWS_SESSION_TOKEN", "session-token", True),
+    ("AWS_DEFAULT_REGION", "region", True),
+    ("AWS_ENDPOINT_URL_S3", "endpoint", True),
+)
+"""(variable boto3 reads, key of the tenant's bucket Secret, optional) for every credential.
+
+Mapped one by one with ``secretKeyRef``: ``envFrom`` would export the Secret's own key names,
+which boto3 ignores."""
+
+SCRATCH = "/tmp"
+CACHE_ENV: dict[str, str] = {
+    "HOME": SCRATCH,
+    "TMPDIR": SCRATCH,
+    "XDG_CACHE_HOME": f"{SCRATCH}/cache",
+    "HF_HOME": f"{SCRATCH}/cache/huggingface",
+    "TORCH_HOME": f"{SCRATCH}/cache/torch",
+    "TRITON_CACHE_DIR": f"{SCRATCH}/cache/triton",
+    "MPLCONFIGDIR": f"{SCRATCH}/cache/matplotlib",
+}
+"""Every place a library writes at run time, inside the pod's one writable volume (the root
+filesystem is read-only); MLflow writes only temporary files (``TMPDIR``)."""
+
+
 @dataclass(frozen=True)
 class LauncherSettings:
-    """Limits of a launched Job and of the wait for it."""
+    """Limits of a launched Job and of the wait for it (the chart's ``tenantDefaults.job``)."""
 
     backoff_limit: int = 2
     active_deadline_s: int = 6 * 3600
     ttl_s: int = 24 * 3600
+    # How long pods may fail to be created or scheduled (quota, admission, no node) before
+    # the step fails with the reason, instead of waiting out the deadline.
+    start_timeout_s: float = 300.0
     poll_s: float = 10.0
     grace_s: float = 600.0  # beyond the Job's own deadline: API lag, final pod status
 
@@ -121,6 +150,86 @@ def load_deployment(tenant: TenantConfig, path: str | None = None) -> TenantDepl
     )
 
 
+_SETTINGS_FIELDS = {
+    "backoffLimit": "backoff_limit",
+    "activeDeadlineSeconds": "active_deadline_s",
+    "ttlSecondsAfterFinished": "ttl_s",
+    "startTimeoutSeconds": "start_timeout_s",
+}
+
+
+def load_settings(path: str | None = None) -> LauncherSettings:
+    """The Job limits in the tenants file's ``launcher`` section (defaults where absent).
+
+    Raises:
+        ConfigError: The file cannot be read, or a limit is not a non-negative integer.
+    """
+    path = path or os.environ.get(TENANTS_FILE_ENV) or DEFAULT_TENANTS_FILE
+    try:
+        section = json.loads(Path(path).read_text(encoding="utf-8")).get("launcher") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        raise ConfigError(
+            f"cannot read the tenants file {path!r}: {exc}", fix=_TENANTS_FIX
+        ) from None
+    values: dict[str, int] = {}
+    for key, attr in _SETTINGS_FIELDS.items():
+        if key not in section:
+            continue
+        value = section[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(
+                f"launcher.{key} in {path!r} is {value!r}, not a non-negative integer",
+                fix="Set tenantDefaults.job in the chart's values to whole seconds / counts.",
+            )
+        values[attr] = value
+    return LauncherSettings(**values)  # type: ignore[arg-type]
+
+
+def _placement(
+    tenant: TenantConfig, deployment: TenantDeployment
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The pod's nodeSelector and tolerations: the chart's, which the job may only narrow.
+
+    The job config is editable in the KFP run form, so it must not move a tenant's pods onto
+    nodes the platform did not give that tenant: it may add nodeSelector keys and pick a
+    subset of the chart's tolerations, never override a key or add a toleration.
+    """
+    res = tenant.resources
+    overridden = {
+        k: v
+        for k, v in res.node_selector.items()
+        if k in deployment.node_selector and deployment.node_selector[k] != v
+    }
+    if overridden:
+        raise ConfigError(
+            f"tenant {tenant.name!r}: the job overrides nodeSelector {overridden} set by the "
+            f"cluster ({deployment.node_selector})",
+            fix="Remove those keys from the tenant's resources.node_selector; the platform "
+            "sets placement in the chart's tenants[].nodeSelector.",
+        )
+    added = [t for t in res.tolerations if t not in deployment.tolerations]
+    if added:
+        raise ConfigError(
+            f"tenant {tenant.name!r}: the job adds toleration {added[0]}, which the cluster "
+            f"does not grant this tenant ({deployment.tolerations})",
+            fix="Remove it from the tenant's resources.tolerations, or ask the platform "
+            "engineer to add it to the chart's tenants[].tolerations.",
+        )
+    tolerations = list(res.tolerations) if res.tolerations else list(deployment.tolerations)
+    return {**deployment.node_selector, **res.node_selector}, tolerations
+
+
+def tenant_secret_env(secret: str) -> list[dict[str, Any]]:
+    """The env entries that map the tenant's bucket Secret's keys to boto3's variables."""
+    entries = []
+    for variable, key, optional in TENANT_SECRET_ENV:
+        ref: dict[str, Any] = {"name": secret, "key": key}
+        if optional:
+            ref["optional"] = True
+        entries.append({"name": variable, "valueFrom": {"secretKeyRef": ref}})
+    return entries
+
+
 def job_name(
     job: str, kind: StepKind, round_index: int, tenant: str, run_key: str
 ) -> tuple[str, str]:
@@ -163,30 +272,31 @@ def build_job_manifest(
     if res.gpu:
         limits["nvidia.com/gpu"] = str(res.gpu)
     visible_job = tenant_copy(job, tenant_name).model_dump(mode="json")
-    env = [
+    node_selector, tolerations = _placement(tenant, deployment)
+    env: list[dict[str, Any]] = [
         {"name": JOB_ENV, "value": json.dumps(visible_job, sort_keys=True)},
         {"name": PRESIGNED_ENV, "value": json.dumps(urls, sort_keys=True)},
-        {"name": "HOME", "value": "/tmp"},
+        *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
     if deployment.bucket_endpoint:
         env.append({"name": "FEDTUNE_S3_ENDPOINT_URL", "value": deployment.bucket_endpoint})
-    extra_tolerations = [t for t in res.tolerations if t not in deployment.tolerations]
+    # The tenant's own bucket credentials, from a Secret the provider never reads.
+    env.extend(tenant_secret_env(deployment.bucket_secret))
     container = {
         "name": "tenant-step",
         "image": deployment.image or tenant_image(),
         "command": ["python", "-m", STEP_MODULES[kind]],
         "args": ["--round", str(round_index), "--tenant", tenant_name, "--presigned"],
         "env": env,
-        # The tenant's own bucket credentials, from a Secret the provider never reads.
-        "envFrom": [{"secretRef": {"name": deployment.bucket_secret}}],
         "resources": {"requests": {"cpu": res.cpu, "memory": res.memory}, "limits": limits},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
             "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
         },
-        "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH}],
         # On failure the step writes only its redacted failure (kind + line) here; the
         # launcher reads it from the pod status, never the log (which stays the tenant's).
         "terminationMessagePath": TERMINATION_LOG,
@@ -202,8 +312,8 @@ def build_job_manifest(
             "fsGroup": RUN_AS,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "nodeSelector": {**deployment.node_selector, **res.node_selector},
-        "tolerations": [*deployment.tolerations, *extra_tolerations],
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
         "containers": [container],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
     }

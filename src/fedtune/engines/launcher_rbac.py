@@ -29,4 +29,10 @@ LAUNCHER_RULES: Final[list[dict[str, list[str]]]] = [
         "resources": ["pods"],
         "verbs": ["get", "list", "watch"],
     },
+    # The Job's events: why its pods cannot be created (quota, admission); read-only.
+    {
+        "apiGroups": [""],
+        "resources": ["events"],
+        "verbs": ["list"],
+    },
 ]

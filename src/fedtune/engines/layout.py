@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.storage import open_store
+from fedtune.storage.s3 import S3Bounds
 from fedtune.storage.base import Store
 
 _ROUND = re.compile(r"round-(\d{6})")
@@ -137,15 +138,19 @@ class JobStores:
         """The job's local work directory."""
         return Path(self.job.workdir)
 
+    def _open(self, root: str) -> Store:
+        """``root``'s folder of this job, its S3 requests bounded by the job's limits."""
+        return open_store(root, bounds=S3Bounds.of(self.job.limits)).child(f"jobs/{self.job.name}")
+
     def provider(self) -> Store:
         """The provider-private store of this job."""
         root = self.job.provider_store_uri or str(self.workdir / "provider")
-        return open_store(root).child(f"jobs/{self.job.name}")
+        return self._open(root)
 
     def exchange_root(self) -> Store:
         """The whole exchange of this job (the provider's view: every tenant's prefix)."""
         root = self.job.exchange_uri or str(self.workdir / "exchange")
-        return open_store(root).child(f"jobs/{self.job.name}")
+        return self._open(root)
 
     def exchange(self, tenant: str) -> Store:
         """One tenant's exchange prefix, confined: keys outside it are refused."""
@@ -154,4 +159,4 @@ class JobStores:
     def tenant(self, tenant: TenantConfig) -> Store:
         """The tenant's private store (client state), confined to this job."""
         root = tenant.store_uri or str(self.workdir / "tenants" / tenant.name)
-        return open_store(root).child(f"jobs/{self.job.name}")
+        return self._open(root)

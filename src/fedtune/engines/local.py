@@ -6,8 +6,6 @@ share their behaviour, store layout and resume logic.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -22,6 +20,7 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.engines import layout, secagg_provider, steps, stopping
 from fedtune.engines.audit import record_audit
+from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.tenant_tasks import TenantKind
@@ -30,36 +29,6 @@ from fedtune.tracking.base import Tracker
 from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)
-
-# Fields that may change between a run and its resumption (they do not alter results).
-_RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit")
-
-
-def _fingerprinted(job: JobConfig) -> dict[str, Any]:
-    """The job config as the fingerprint sees it: minus fields a resumed run may change."""
-    dump = job.model_dump(mode="json", exclude=set(_RESUMABLE_CHANGES))
-    if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
-        dump.pop("secure_aggregation")
-    for tenant in dump["tenants"]:
-        if tenant.get("identity_key") is None:  # unset: as before the field existed
-            tenant.pop("identity_key", None)
-    if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
-        dump["limits"].pop("max_update_norm", None)
-    return dump
-
-
-def config_fingerprint(job: JobConfig) -> str:
-    """sha256 of the job config, minus fields a resumed run may change."""
-    return hashlib.sha256(json.dumps(_fingerprinted(job), sort_keys=True).encode()).hexdigest()
-
-
-def config_sections(job: JobConfig) -> dict[str, str]:
-    """sha256 of each top-level field of the fingerprint, to name what changed."""
-    return {
-        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
-        for key, value in _fingerprinted(job).items()
-    }
-
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -85,17 +54,10 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str,
     Writes nothing: the caller stores the record once the preflight checks pass.
     """
     store = env.store()
-    fingerprint = config_fingerprint(env.job)
-    new = {
-        "fingerprint": fingerprint,
-        "sections": config_sections(env.job),
-        "run_id": None,
-        "job": env.job.name,
-    }
+    new = {**run_record(env.job), "run_id": None}
     # A run that stored no initial state never started (it failed or was killed first):
     # nothing of it is worth keeping, so it does not block a plain run.
     if store.exists(layout.RUN_KEY) and store.exists(f"{layout.state_key(0)}.json"):
-        info = store.get_json(layout.RUN_KEY)
         if options.fresh:
             return new, True
         if not options.resume:
@@ -103,16 +65,7 @@ def _prepare_run(env: steps.ProviderEnv, options: RunOptions) -> tuple[dict[str,
                 f"job {env.job.name!r} already has stored state at {store.uri}",
                 fix="Pass --resume to continue it, --fresh to discard it, or rename the job.",
             )
-        elif info.get("fingerprint") != fingerprint:
-            before, now = info.get("sections") or {}, new["sections"]
-            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-            which = f": {', '.join(changed)} changed" if before and changed else ""
-            raise ConfigError(
-                f"job {env.job.name!r} changed since its stored run{which} (only "
-                f"{', '.join(_RESUMABLE_CHANGES)} may change when resuming)",
-                fix="Restore the original settings, or pass --fresh to start over.",
-            )
-        return dict(info), False
+        return check_resumable(store.get_json(layout.RUN_KEY), env.job, store.uri), False
     return new, False
 
 

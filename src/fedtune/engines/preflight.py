@@ -112,7 +112,8 @@ def check_stores(job: JobConfig) -> None:
         try:
             open_().exists(RUN_KEY)
         except StoreError as exc:
-            raise StoreError(f"the {what} cannot be used: {exc}", fix=exc.fix) from exc
+            # Its own kind: an outage (exit 12) stays an outage, a bad bucket a store error.
+            raise type(exc)(f"the {what} cannot be used: {exc}", fix=exc.fix) from exc
 
 
 def check_tracking(job: JobConfig, timeout: float = TRACKING_TIMEOUT_S) -> None:

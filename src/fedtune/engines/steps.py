@@ -19,7 +19,14 @@ from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core import killpoints
-from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, UpdateRejected
+from fedtune.core.errors import (
+    ConfigError,
+    FedtuneError,
+    QuorumError,
+    StoreError,
+    StoreUnavailable,
+    UpdateRejected,
+)
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
@@ -117,7 +124,7 @@ class TenantEnv:
         """The tenant's examples, read from its own data URI and split (cached)."""
         if self._data is None:
             fmt = None if self.tenant.data_format == "auto" else self.tenant.data_format
-            examples = read_examples(self.tenant.data_uri, fmt)
+            examples = read_examples(self.tenant.data_uri, fmt, limits=self.job.limits)
             self._data = split_examples(
                 examples, self.job.training.eval_fraction, self.job.seed, self.tenant.name
             )
@@ -259,7 +266,12 @@ def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:
     The tenant reads it there; the provider gets only ``exc.redacted()``. Returns its URI.
     """
     key = f"errors/{tag}.txt"
-    env.own.put_bytes(key, exc.render().encode("utf-8"))
+    try:
+        env.own.put_bytes(key, exc.render().encode("utf-8"))
+    except StoreError as store_exc:
+        # The tenant's store is what failed (an outage): its own log gets the details.
+        log.error("tenant %s: %s (details not stored: %s)", env.tenant.name, exc.render(), store_exc)
+        return "the tenant's log (its store did not take them)"
     return f"{env.own.uri.rstrip('/')}/{key}"
 
 
@@ -329,6 +341,17 @@ def aggregate_step(
             rejected[name] = reason
     if len(valid) < env.job.min_clients:
         reasons = "\n".join(f"  {n}: {r}" for n, r in sorted(rejected.items()))
+        outage = sorted(n for n, r in rejected.items() if StoreUnavailable.__name__ in r)
+        if outage:
+            # Not the tenants' fault, and nothing to fix in the job: name the outage.
+            raise StoreUnavailable(
+                f"round {round_index}: store outage: the steps of {outage} failed because a "
+                f"store did not answer (within limits.store_*), leaving {len(valid)} valid "
+                f"update(s) of {len(sampled)} sampled, fewer than min_clients="
+                f"{env.job.min_clients}; rejected:\n{reasons}",
+                fix="Each named tenant's log or errors/ file names the endpoint that did not "
+                "answer; once it is back, run again with --resume (finished steps are kept).",
+            )
         raise QuorumError(
             f"round {round_index}: {len(valid)} valid update(s) of {len(sampled)} sampled, "
             f"fewer than min_clients={env.job.min_clients}; rejected:\n{reasons}"

@@ -50,7 +50,12 @@ def _register(
     from fedtune.tracking.mlflow_tracker import MlflowTracker
 
     registered = tracking.registered_model or f"{env.job.registered_model_name}-{env.tenant.name}-{name}"
-    tracker = MlflowTracker(tracking.tracking_uri, tracking.experiment)
+    tracker = MlflowTracker(
+        tracking.tracking_uri,
+        tracking.experiment,
+        timeout_s=env.job.limits.tracking_timeout_s,
+        max_retries=env.job.limits.tracking_max_retries,
+    )
     tracker.start(run_name=f"{env.job.name}-{env.tenant.name}", params={}, tags={"fedtune.tenant": env.tenant.name})
     try:
         ref = tracker.log_model(path, name=name, registered_name=registered, alias=tracking.alias, tags=tags)

@@ -17,7 +17,8 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout, steps
-from fedtune.engines.local import config_fingerprint, log_initial_state
+from fedtune.engines.fingerprint import check_resumable, run_record
+from fedtune.engines.local import log_initial_state
 from fedtune.entrypoints import common
 from fedtune.pipelines.plan import PipelinePlan
 from fedtune.storage.base import Store
@@ -46,14 +47,8 @@ def _check_plan(env: steps.ProviderEnv, plan: PipelinePlan) -> None:
 def _start_tracking(env: steps.ProviderEnv) -> tuple[Tracker, str]:
     """Check the stored run record, then create or resume the tracker run."""
     store = env.store()
-    fingerprint = config_fingerprint(env.job)
-    info: dict[str, Any] = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
-    if info and info.get("fingerprint") != fingerprint:
-        raise ConfigError(
-            f"job {env.job.name!r} changed since its stored run at {store.uri} (only rounds, "
-            "engine and tracking may change when resuming)",
-            fix="Restore the original settings, rename the job, or delete its stored state.",
-        )
+    stored: dict[str, Any] = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
+    info = check_resumable(stored, env.job, store.uri) if stored else {}
     tracker = make_tracker(env.job)
     params = (
         {}
@@ -66,10 +61,8 @@ def _start_tracking(env: steps.ProviderEnv) -> tuple[Tracker, str]:
         tags={"fedtune.algorithm": env.job.algorithm.name, "fedtune.engine": "kfp"},
         run_id=info.get("run_id"),
     )
-    if info.get("run_id") != run_id:
-        store.put_json(
-            layout.RUN_KEY, {"fingerprint": fingerprint, "run_id": run_id, "job": env.job.name}
-        )
+    if info.get("run_id") != run_id or info != stored:
+        store.put_json(layout.RUN_KEY, {**run_record(env.job), "run_id": run_id})
     return tracker, run_id
 
 

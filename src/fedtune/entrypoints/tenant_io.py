@@ -22,8 +22,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, IntegrityError, StoreError
+from fedtune.config.job import JobConfig, LimitsConfig
+from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
 from fedtune.engines import layout, steps
 from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
@@ -35,8 +35,6 @@ PRESIGNED_ENV = "FEDTUNE_PRESIGNED"
 
 StepKind = TenantKind
 SIDECAR = ".sha256"
-_ATTEMPTS = 3
-_TIMEOUT_S = 120.0
 
 
 def _message_blobs(key: str) -> list[str]:
@@ -84,18 +82,23 @@ def _with_sidecars(keys: list[str]) -> list[str]:
     return [name for key in keys for name in (key, key + SIDECAR)]
 
 
-def _request(url: str, key: str, method: str, data: bytes | None = None) -> bytes:
-    """One HTTP request with a few retries on network errors and 5xx; the URL is not logged."""
+def _request(
+    url: str, key: str, method: str, limits: LimitsConfig, data: bytes | None = None
+) -> bytes:
+    """One HTTP request, retried on network errors and 5xx within the job's ``limits``
+    (``store_*``, as for the S3 client); the URL is not logged."""
+    attempts = limits.store_max_attempts
+    timeout = max(limits.store_connect_timeout_s, limits.store_read_timeout_s)
     # An explicit binary type: urllib would send a body as a form, which servers may parse.
     headers = {"Content-Type": "application/octet-stream"} if data is not None else {}
     attempt = 1
     while True:
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == _ATTEMPTS:
+            if exc.code < 500 or attempt == attempts:
                 raise StoreError(
                     f"{method} of exchange object {key!r} by pre-signed URL failed: HTTP {exc.code} "
                     f"{exc.reason}",
@@ -103,14 +106,15 @@ def _request(url: str, key: str, method: str, data: bytes | None = None) -> byte
                     "the clock is off; 404 means the provider has not written the object.",
                 ) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            if attempt == _ATTEMPTS:
-                raise StoreError(
-                    f"{method} of exchange object {key!r} by pre-signed URL failed: "
-                    f"{getattr(exc, 'reason', exc)}",
+            if attempt == attempts:
+                raise StoreUnavailable(
+                    f"store outage: {method} of exchange object {key!r} by pre-signed URL "
+                    f"failed: {getattr(exc, 'reason', exc)} ({attempts} attempt(s), {timeout:g} s "
+                    "each)",
                     fix="Check that the tenant namespace's network policy allows egress to the "
                     "provider's object store endpoint.",
                 ) from None
-        log.warning("%s of %s failed (attempt %d of %d); retrying", method, key, attempt, _ATTEMPTS)
+        log.warning("%s of %s failed (attempt %d of %d); retrying", method, key, attempt, attempts)
         time.sleep(attempt)
         attempt += 1
 
@@ -152,8 +156,12 @@ def run_presigned(
         store = open_store(tmp)
         env = steps.TenantEnv.create(job, tenant, exchange=store)
         for key in gets:
-            data = _request(urls["get"][key], key, "GET")
-            recorded = _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET").decode().strip()
+            data = _request(urls["get"][key], key, "GET", job.limits)
+            recorded = (
+                _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET", job.limits)
+                .decode()
+                .strip()
+            )
             if hashlib.sha256(data).hexdigest() != recorded:
                 raise IntegrityError(
                     f"exchange object {key!r} does not match its sha256 sidecar ({recorded[:64]!r})"
@@ -162,11 +170,12 @@ def run_presigned(
         result = run_tenant_task(env, kind, round_index)
         for key in puts:
             data = store.get_bytes(key)
-            _request(urls["put"][key], key, "PUT", data)
+            _request(urls["put"][key], key, "PUT", job.limits, data)
             _request(
                 urls["put"][key + SIDECAR],
                 key + SIDECAR,
                 "PUT",
+                job.limits,
                 hashlib.sha256(data).hexdigest().encode(),
             )
             log.info("uploaded %s (%d bytes)", key, len(data))

@@ -23,6 +23,14 @@ from kfp import compiler, dsl
 from kfp.dsl import Artifact, Input
 
 from fedtune.config.job import JobConfig
+from fedtune.config.secrets import (
+    MLFLOW_SECRET,
+    MLFLOW_SECRET_ENV,
+    PRESIGNER_ENV,
+    PRESIGNER_SECRET,
+    PROVIDER_S3_SECRET,
+    S3_SECRET_ENV,
+)
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
 from fedtune.pipelines.plan import PipelinePlan
@@ -37,9 +45,6 @@ Args:
     job_config: The fedtune job config as JSON, validated when the run starts. No credentials: they come from Kubernetes Secrets.
 """
 
-_S3_KEYS = {"access-key-id": "AWS_ACCESS_KEY_ID", "secret-access-key": "AWS_SECRET_ACCESS_KEY"}
-
-
 @dataclass(frozen=True)
 class ClusterSettings:
     """Kubernetes settings compiled into the pipeline (defaults match the Helm chart).
@@ -51,12 +56,19 @@ class ClusterSettings:
             (keys ``access-key-id`` / ``secret-access-key``); None relies on ambient identity.
         s3_endpoint: S3 endpoint of the exchange store (e.g. the chart's MinIO); None: AWS.
         mlflow_uri: MLflow tracking URI for provider steps; None: the job's own setting.
+        mlflow_secret: Secret with the MLflow login of provider steps (keys ``username`` /
+            ``password``), optional in the cluster: absent when MLflow auth is off.
+        presigner_secret: Secret with the keys launcher tasks sign tenants' URLs with (keys
+            ``access-key-id`` / ``secret-access-key``), optional: absent, they sign with
+            ``store_secret``'s.
     """
 
     tenants_configmap: str = "fedtune-tenants"
-    store_secret: str | None = "fedtune-object-store"
+    store_secret: str | None = PROVIDER_S3_SECRET
     s3_endpoint: str | None = None
     mlflow_uri: str | None = None
+    mlflow_secret: str | None = MLFLOW_SECRET
+    presigner_secret: str | None = PRESIGNER_SECRET
 
 
 DEFAULT_CLUSTER = ClusterSettings()
@@ -69,7 +81,11 @@ def _provider(task: Any, name: str, settings: ClusterSettings | None) -> Any:
         from kfp import kubernetes
 
         if settings.store_secret:
-            kubernetes.use_secret_as_env(task, settings.store_secret, _S3_KEYS)
+            kubernetes.use_secret_as_env(task, settings.store_secret, S3_SECRET_ENV)
+        if settings.mlflow_secret:
+            kubernetes.use_secret_as_env(
+                task, settings.mlflow_secret, MLFLOW_SECRET_ENV, optional=True
+            )
         if settings.s3_endpoint:
             task.set_env_variable("FEDTUNE_S3_ENDPOINT_URL", settings.s3_endpoint)
         if settings.mlflow_uri:
@@ -90,6 +106,10 @@ def _tenant(task: Any, name: str, settings: ClusterSettings | None) -> Any:
             task, settings.tenants_configmap, mount_path=str(Path(DEFAULT_TENANTS_FILE).parent)
         )
         task.set_env_variable(TENANTS_FILE_ENV, DEFAULT_TENANTS_FILE)
+        if settings.presigner_secret:
+            kubernetes.use_secret_as_env(
+                task, settings.presigner_secret, PRESIGNER_ENV, optional=True
+            )
     return task
 
 

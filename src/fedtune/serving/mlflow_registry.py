@@ -97,6 +97,9 @@ class ModelRegistry:
 
     def _client(self) -> MlflowClient:
         if self._client_obj is None:
+            from fedtune.tracking.mlflow_env import bound_mlflow_http
+
+            bound_mlflow_http()  # before mlflow's import: its telemetry starts there
             from mlflow import MlflowClient
 
             with self._errors("connect"):

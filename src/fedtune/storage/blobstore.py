@@ -7,10 +7,13 @@ integrity and atomicity is decided here once, so the local and S3 stores cannot 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Literal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -29,6 +32,30 @@ from fedtune.storage.keys import (
 logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class Readable(Protocol):
+    """A binary stream read in pieces: a file, or an S3 object's body."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _HashingReader:
+    """Passes reads through and hashes them, so a stream is checked without holding it."""
+
+    def __init__(self, raw: Readable) -> None:
+        self._raw = raw
+        self.digest = hashlib.sha256()
+        self.at_end = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._raw.read(size)
+        self.digest.update(data)
+        if not data or size < 0:
+            self.at_end = True
+        return data
 
 
 class BlobStore(ABC):
@@ -50,6 +77,16 @@ class BlobStore(ABC):
     @abstractmethod
     def _read(self, name: str) -> bytes | None:
         """The object at ``name``, or ``None`` when there is none."""
+
+    def _open(self, name: str) -> Readable | None:
+        """A stream of the object at ``name``, or ``None`` when there is none.
+
+        Backends that can stream override this; the fallback reads the object whole.
+        """
+        import io
+
+        data = self._read(name)
+        return None if data is None else io.BytesIO(data)
 
     @abstractmethod
     def _has(self, name: str) -> bool:
@@ -121,9 +158,36 @@ class BlobStore(ABC):
         self._check(key, data, recorded)
         return data
 
-    def _check(self, key: str, data: bytes, recorded: bytes) -> None:
+    @contextmanager
+    def reading(self, key: str, *, verify: bool = False) -> Iterator[Readable]:
+        """Stream the blob at ``key`` in pieces (a large dataset never sits in memory whole).
+
+        The checksum rules are those of :meth:`get_bytes`; the sidecar is compared once the
+        caller has read to the end, and a mismatch raises ``IntegrityError`` then.
+        """
+        name = self._name(key)
+        recorded = self._read(name + SIDECAR_SUFFIX)
+        if recorded is None and verify:
+            self.get_bytes(key, verify=True)  # raises the missing-sidecar error
+        raw = self._open(name)
+        if raw is None:
+            raise StoreError(
+                f"no blob at key {key!r} in {self.uri}",
+                fix="Check the key and the store URI, or run the step that writes it first.",
+            )
+        stream = _HashingReader(raw)
+        try:
+            yield stream
+        finally:
+            raw.close()
+        if recorded is not None and stream.at_end:
+            self._check(key, None, recorded, actual=stream.digest.hexdigest())
+
+    def _check(
+        self, key: str, data: bytes | None, recorded: bytes, *, actual: str | None = None
+    ) -> None:
         expected = recorded.decode("ascii", errors="replace").strip()
-        actual = sha256_hex(data)
+        actual = actual if actual is not None else sha256_hex(data or b"")
         if not _HEX64.fullmatch(expected):
             raise IntegrityError(
                 f"checksum sidecar of {key!r} in {self.uri} is malformed: {expected[:80]!r} "

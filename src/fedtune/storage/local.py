@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from fedtune.core.errors import StoreError
 from fedtune.storage.blobstore import BlobStore
@@ -93,6 +93,14 @@ class LocalStore(BlobStore):
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 # Missing, or the key is a folder, or one of its parents is a file: in every
                 # case there is no blob at this key, as S3 would say.
+                return None
+
+    def _open(self, name: str) -> BinaryIO | None:
+        path = self._path(name)
+        with self._os_errors("read", path):
+            try:
+                return open(path, "rb")  # noqa: SIM115 (closed by BlobStore.reading)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 return None
 
     def _has(self, name: str) -> bool:

@@ -8,6 +8,7 @@ roles); this module never reads, stores or logs them.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from fedtune.core.errors import StoreError
+from fedtune.core.errors import StoreError, StoreUnavailable
 from fedtune.storage.blobstore import BlobStore
 
 logger = logging.getLogger(__name__)
@@ -27,11 +28,33 @@ _BOTO_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 
-# Few, short attempts: an unreachable endpoint should fail a step in seconds with a clear
-# message, not hang for minutes in botocore's default retry schedule.
-CONNECT_TIMEOUT_S = 3.0
-READ_TIMEOUT_S = 60.0
-MAX_ATTEMPTS = 3
+@dataclass(frozen=True)
+class S3Bounds:
+    """How long an S3 request may wait, and how often it is tried (a job's ``limits``).
+
+    Few, short attempts: an endpoint that is down or hung fails a step within seconds with a
+    clear message, not after minutes in botocore's default schedule (60 s reads, retried).
+    """
+
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 10.0
+    max_attempts: int = 3
+
+    @classmethod
+    def of(cls, limits: Any) -> S3Bounds:
+        """The bounds a job's ``limits`` section sets (``None``: the defaults)."""
+        if limits is None:
+            return cls()
+        return cls(
+            limits.store_connect_timeout_s, limits.store_read_timeout_s, limits.store_max_attempts
+        )
+
+    def describe(self) -> str:
+        """The bounds in words, for error messages."""
+        return (
+            f"{self.max_attempts} attempt(s), each {self.connect_timeout_s:g} s to connect and "
+            f"{self.read_timeout_s:g} s per answer"
+        )
 
 
 def validate_bucket(bucket: str) -> str:
@@ -53,17 +76,23 @@ def resolve_endpoint(endpoint_url: str | None) -> str | None:
     return endpoint_url or os.environ.get(ENDPOINT_ENV) or None
 
 
-def make_client(endpoint_url: str | None) -> Any:
-    """An S3 client with bounded timeouts and retries for ``endpoint_url`` (see above)."""
+def make_client(
+    endpoint_url: str | None,
+    bounds: S3Bounds | None = None,
+    credentials: tuple[str, str] | None = None,
+) -> Any:
+    """An S3 client for ``endpoint_url`` whose requests wait and retry within ``bounds``;
+    ``credentials`` (key id, secret) instead of boto3's chain when given."""
     import boto3
     import botocore.session
     from botocore.config import Config
 
+    bounds = bounds or S3Bounds()
     custom = endpoint_url or any(os.environ.get(v) for v in _BOTO_ENDPOINT_ENVS)
     config = Config(
-        connect_timeout=CONNECT_TIMEOUT_S,
-        read_timeout=READ_TIMEOUT_S,
-        retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        connect_timeout=bounds.connect_timeout_s,
+        read_timeout=bounds.read_timeout_s,
+        retries={"total_max_attempts": bounds.max_attempts, "mode": "standard"},
         # boto3 still pre-signs with the deprecated SigV2 unless told; newer AWS regions
         # reject it, and SigV4 URLs carry their expiry explicitly.
         signature_version="s3v4",
@@ -77,7 +106,33 @@ def make_client(endpoint_url: str | None) -> Any:
     core = botocore.session.Session()
     core.register_component("data_loader", _shared_loader())
     session = boto3.session.Session(botocore_session=core)
-    return session.client("s3", endpoint_url=endpoint_url, config=config)
+    keys = {}
+    if credentials is not None:
+        keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
+    return session.client("s3", endpoint_url=endpoint_url, config=config, **keys)
+
+
+def presigner_credentials() -> tuple[str, str] | None:
+    """The presigning user's keys from the environment, or None when none are set.
+
+    A pre-signed URL can do what its signer can: signing with a user allowed only to get and
+    put exchange objects keeps the provider's own keys out of every URL tenants hold.
+    """
+    from fedtune.config.secrets import PRESIGNER_ENV
+
+    names = list(PRESIGNER_ENV.values())
+    values = [os.environ.get(name, "") for name in names]
+    if not any(values):
+        return None
+    missing = [name for name, value in zip(names, values, strict=True) if not value]
+    if missing:
+        raise StoreError(
+            f"${missing[0]} is empty while ${names[0] if missing[0] != names[0] else names[1]} "
+            "is set",
+            fix="Give the presigner Secret both keys (access-key-id, secret-access-key), or "
+            "neither to sign with the store's own credentials.",
+        )
+    return values[0], values[1]
 
 
 @functools.cache
@@ -96,6 +151,7 @@ class S3Store(BlobStore):
         prefix: Folder inside the bucket this store is confined to (``""``: the whole bucket).
         endpoint_url: S3 endpoint; default ``$FEDTUNE_S3_ENDPOINT_URL``, else boto3's own.
         client: An existing boto3 S3 client to share (children reuse their parent's).
+        bounds: Timeouts and attempts of every request (default: :class:`S3Bounds`).
     """
 
     def __init__(
@@ -105,10 +161,14 @@ class S3Store(BlobStore):
         *,
         endpoint_url: str | None = None,
         client: Any | None = None,
+        bounds: S3Bounds | None = None,
     ) -> None:
         super().__init__(prefix)
         self._bucket = validate_bucket(bucket)
-        self._client = client if client is not None else make_client(resolve_endpoint(endpoint_url))
+        self._bounds = bounds or S3Bounds()
+        self._client = (
+            client if client is not None else make_client(resolve_endpoint(endpoint_url), self._bounds)
+        )
 
     @property
     def uri(self) -> str:
@@ -142,11 +202,13 @@ class S3Store(BlobStore):
                 "the bucket's secret), or mount an AWS credentials file.",
             ) from None
         except (ConnectionError, HTTPClientError) as exc:
-            raise StoreError(
-                f"cannot {action} {where}: S3 endpoint {self.endpoint_url} is unreachable "
-                f"or stopped answering ({type(exc).__name__})",
+            raise StoreUnavailable(
+                f"store outage: cannot {action} {where}: S3 endpoint {self.endpoint_url} is "
+                f"unreachable or did not answer ({type(exc).__name__}; "
+                f"{self._bounds.describe()})",
                 fix=f"Check {ENDPOINT_ENV} (or AWS_ENDPOINT_URL), that the server is running, "
-                "and the network path (DNS, network policies, proxies) to it.",
+                "and the network path (DNS, network policies, proxies) to it; a slow but "
+                "working server needs larger limits.store_read_timeout_s / store_max_attempts.",
             ) from None
         except ClientError as exc:
             err = exc.response.get("Error", {})
@@ -186,6 +248,15 @@ class S3Store(BlobStore):
             self._client.put_object(Bucket=self._bucket, Key=name, Body=data)
 
     def _read(self, name: str) -> bytes | None:
+        body = self._open(name)
+        if body is None:
+            return None
+        try:
+            return body.read()
+        finally:
+            body.close()
+
+    def _open(self, name: str) -> _Body | None:
         with self._errors("read", name):
             try:
                 response = self._client.get_object(Bucket=self._bucket, Key=name)
@@ -193,7 +264,7 @@ class S3Store(BlobStore):
                 if self._is_missing(exc):
                     return None
                 raise
-            return bytes(response["Body"].read())
+        return _Body(response["Body"], lambda: self._errors("read", name))
 
     def _has(self, name: str) -> bool:
         with self._errors("check", name):
@@ -220,13 +291,32 @@ class S3Store(BlobStore):
         return names
 
     def _child(self, prefix: str) -> S3Store:
-        return S3Store(self._bucket, prefix, client=self._client)
+        return S3Store(self._bucket, prefix, client=self._client, bounds=self._bounds)
 
     def _presign(self, name: str, method: Literal["get", "put"], expires_s: int) -> str:
+        signer = self._client
+        credentials = presigner_credentials()
+        if credentials is not None:
+            signer = make_client(self.endpoint_url, self._bounds, credentials)
         with self._errors("sign a URL for", name):
-            url = self._client.generate_presigned_url(
+            url = signer.generate_presigned_url(
                 "get_object" if method == "get" else "put_object",
                 Params={"Bucket": self._bucket, "Key": name},
                 ExpiresIn=expires_s,
             )
         return str(url)
+
+
+class _Body:
+    """An S3 object's body whose read errors (a server that stops answering) are StoreErrors."""
+
+    def __init__(self, body: Any, errors: Any) -> None:
+        self._body = body
+        self._errors = errors
+
+    def read(self, size: int = -1, /) -> bytes:
+        with self._errors():
+            return bytes(self._body.read(None if size < 0 else size))
+
+    def close(self) -> None:
+        self._body.close()

@@ -13,9 +13,9 @@ from urllib.parse import unquote, urlsplit
 
 from fedtune.core.errors import StoreError
 from fedtune.storage.base import Store
-from fedtune.storage.keys import validate_key, validate_prefix
+from fedtune.storage.keys import SIDECAR_SUFFIX, validate_key, validate_prefix
 from fedtune.storage.local import LocalStore
-from fedtune.storage.s3 import S3Store, validate_bucket
+from fedtune.storage.s3 import S3Bounds, S3Store, resolve_endpoint, validate_bucket
 
 SUPPORTED = "file:///absolute/path, s3://bucket/prefix, or a plain local path"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -76,7 +76,9 @@ def _s3_parts(uri: str) -> tuple[str, str]:
     return validate_bucket(parts.netloc), parts.path.removeprefix("/")
 
 
-def open_store(uri: str, *, endpoint_url: str | None = None) -> Store:
+def open_store(
+    uri: str, *, endpoint_url: str | None = None, bounds: S3Bounds | None = None
+) -> Store:
     """Open the store rooted at ``uri``.
 
     Args:
@@ -84,6 +86,7 @@ def open_store(uri: str, *, endpoint_url: str | None = None) -> Store:
         endpoint_url: S3 endpoint (for MinIO etc.); default ``$FEDTUNE_S3_ENDPOINT_URL``,
             else boto3's own settings. Ignored for local stores, so callers can pass their
             deployment setting whatever the URI.
+        bounds: Timeouts and attempts of an S3 store's requests (the job's ``limits``).
 
     Returns:
         A store confined to ``uri``.
@@ -96,7 +99,9 @@ def open_store(uri: str, *, endpoint_url: str | None = None) -> Store:
         return LocalStore(_local_path(uri, scheme))
     if scheme == "s3":
         bucket, path = _s3_parts(uri)
-        return S3Store(bucket, _in_uri(uri, validate_prefix, path), endpoint_url=endpoint_url)
+        return S3Store(
+            bucket, _in_uri(uri, validate_prefix, path), endpoint_url=endpoint_url, bounds=bounds
+        )
     raise StoreError(f"unsupported store URI scheme {scheme + '://'!r} in {uri!r}", fix=_FIX)
 
 
@@ -129,14 +134,39 @@ def split_object_uri(uri: str) -> tuple[str, str]:
     raise StoreError(f"unsupported object URI scheme {scheme + '://'!r} in {uri!r}", fix=_FIX)
 
 
-def read_object(uri: str, *, verify: bool = False, endpoint_url: str | None = None) -> bytes:
+def read_object(
+    uri: str,
+    *,
+    verify: bool = False,
+    endpoint_url: str | None = None,
+    bounds: S3Bounds | None = None,
+) -> bytes:
     """Read the one object ``uri`` names, such as a tenant's uploaded data file.
 
     Args:
         uri: Object URI (see :func:`split_object_uri`).
         verify: Require a ``.sha256`` sidecar; without it, a sidecar that exists is still
             checked.
-        endpoint_url: As for :func:`open_store`.
+        endpoint_url, bounds: As for :func:`open_store`.
     """
     root, key = split_object_uri(uri)
-    return open_store(root, endpoint_url=endpoint_url).get_bytes(key, verify=verify)
+    return open_store(root, endpoint_url=endpoint_url, bounds=bounds).get_bytes(key, verify=verify)
+
+
+def removal_command(store_uri: str, keys: list[str]) -> str:
+    """A shell command that deletes ``keys`` of the store at ``store_uri`` with their sidecars.
+
+    ``rm -f`` of the files for a local store, ``aws s3 rm`` of the objects for S3: what a
+    fix tells a user to run.
+    """
+    import shlex
+
+    names = [name for key in keys for name in (key, key + SIDECAR_SUFFIX)]
+    scheme = _scheme(store_uri)
+    if scheme in ("", "file"):
+        root = _local_path(store_uri, scheme)
+        return "rm -f " + " ".join(shlex.quote(str(root.joinpath(*n.split("/")))) for n in names)
+    base = store_uri.rstrip("/")
+    endpoint = resolve_endpoint(None)
+    flag = f" --endpoint-url {shlex.quote(endpoint)}" if endpoint else ""
+    return " && ".join(f"aws s3 rm{flag} {shlex.quote(f'{base}/{n}')}" for n in names)

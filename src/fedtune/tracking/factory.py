@@ -18,4 +18,6 @@ def make_tracker(job: JobConfig) -> Tracker:
         job.tracking.tracking_uri,
         job.tracking.experiment,
         default_uri=local_tracking_uri(Path(job.workdir)),
+        timeout_s=job.limits.tracking_timeout_s,
+        max_retries=job.limits.tracking_max_retries,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import re
 import tempfile
 import warnings
@@ -24,8 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedtune.core.errors import ConfigError, ModelError, StoreError
+from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.tracking.base import ModelRef
+from fedtune.tracking.mlflow_env import RETRIES_ENV, TIMEOUT_ENV
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -49,10 +51,23 @@ def mlflow_errors(tracking_uri: str, what: str) -> Iterator[None]:
     try:
         yield
     except MlflowException as exc:
+        if any(sign in exc.message for sign in _OUTAGE_SIGNS):
+            raise StoreUnavailable(
+                f"the MLflow tracking server {tracking_uri!r} is unreachable or did not answer "
+                f"(trying to {what}; {os.environ.get(TIMEOUT_ENV, '?')} s per request, "
+                f"{os.environ.get(RETRIES_ENV, '?')} retries): {exc.message[:300]}",
+                fix="Start the server or correct tracking.tracking_uri / MLFLOW_TRACKING_URI; "
+                "a slow server needs larger limits.tracking_timeout_s; then run again with "
+                "--resume.",
+            ) from exc
         raise StoreError(
             f"MLflow failed to {what} at {tracking_uri!r}: {exc.message}",
             fix="Check that the tracking server is reachable and the names are valid.",
         ) from exc
+
+
+# What MLflow's message says when the server never answered (requests / urllib3 wording).
+_OUTAGE_SIGNS = ("Max retries exceeded", "timed out", "Connection refused", "ConnectionError")
 
 
 def _requirement(package: str) -> str:

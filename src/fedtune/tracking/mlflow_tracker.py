@@ -34,6 +34,7 @@ from fedtune.tracking.mlflow_models import (
     log_hf_model,
     mlflow_errors,
 )
+from fedtune.tracking.mlflow_env import bound_mlflow_http
 from fedtune.tracking.digest import CONTENT_TAG, RUN_TAG, folder_sha256
 from fedtune.tracking.params import is_secret_key, loggable_params, redact
 from fedtune.tracking.sqlite_db import ensure_database
@@ -76,11 +77,20 @@ class MlflowTracker:
         tracking_uri: Explicit tracking URI, or None to use the environment / default.
         experiment: Experiment name; created on first use.
         default_uri: Used when neither ``tracking_uri`` nor ``MLFLOW_TRACKING_URI`` is set.
+        timeout_s, max_retries: Bounds of every request to a tracking server (the job's
+            ``limits.tracking_*``; see :mod:`fedtune.tracking.mlflow_env`).
     """
 
     def __init__(
-        self, tracking_uri: str | None, experiment: str, *, default_uri: str | None = None
+        self,
+        tracking_uri: str | None,
+        experiment: str,
+        *,
+        default_uri: str | None = None,
+        timeout_s: int = 30,
+        max_retries: int = 2,
     ) -> None:
+        bound_mlflow_http(timeout_s, max_retries)
         self.tracking_uri = resolve_tracking_uri(tracking_uri, default_uri)
         self.experiment = experiment
         self._client_obj: MlflowClient | None = None

@@ -40,6 +40,7 @@ def ensure_database(tracking_uri: str) -> None:
         return
     if path.exists():
         check_complete(path)
+        relocate_if_moved(path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
@@ -75,6 +76,44 @@ def _remove_if_abandoned(stale: Path, rest: str) -> None:
         stale.unlink(missing_ok=True)
     except PermissionError:
         pass
+
+
+#: Columns of MLflow's schema that hold artifact locations (file URIs or paths).
+_LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+)
+
+
+def relocate_if_moved(path: Path) -> None:
+    """Point the artifact locations of a moved (or copied) database at its new folder.
+
+    MLflow records absolute artifact locations; fedtune keeps them in ``mlartifacts/`` beside
+    the database. A project folder that was moved would otherwise write its next artifacts
+    back into the old place (re-creating it) and read registered models from there.
+    """
+    root = (path.parent / "mlartifacts").resolve()
+    with sqlite3.connect(path) as db:
+        row = db.execute("SELECT artifact_location FROM experiments WHERE experiment_id = 0").fetchone()
+        recorded = str(row[0]) if row else ""
+        if not recorded.endswith("/mlartifacts/0"):
+            return  # not the layout fedtune created: leave it as its maker set it
+        old = recorded.removesuffix("/0")
+        if old == root.as_uri():
+            return
+        old_path = old.removeprefix("file://")
+        log.info("MLflow database moved from %s to %s; updating its artifact paths", old_path, root)
+        for table, column in _LOCATION_COLUMNS:
+            for before, after in ((old, root.as_uri()), (old_path, str(root))):
+                db.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608
+                    f"WHERE substr({column}, 1, ?) = ? "
+                    f"AND substr({column}, ?, 1) IN ('/', '')",
+                    (after, len(before) + 1, len(before), before, len(before) + 1),
+                )
 
 
 def check_complete(path: Path) -> None:

@@ -31,13 +31,14 @@ import torch
 
 from fedtune.config.job import (
     JobConfig,
+    LimitsConfig,
     LoraConfig,
     ModelConfig,
     PretrainedModelConfig,
     TinyModelConfig,
     TrainingConfig,
 )
-from fedtune.core.errors import ConfigError, ModelError, StoreError
+from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
@@ -124,6 +125,8 @@ class _Encoding:
     seed: int
     lora_config: LoraConfig
     training: TrainingConfig
+    #: The job's bounds on dataset records and store waits (None: the defaults).
+    limits: LimitsConfig | None = None
 
     def tokenizer(self) -> Any:  # pragma: no cover - both subclasses override
         raise NotImplementedError
@@ -187,6 +190,7 @@ class ProviderContext(_Encoding):
             seed=job.seed,
             lora_config=job.lora,
             training=job.training,
+            limits=job.limits,
             model_config=job.model,
             tokenizer_spec=job.tokenizer,
             num_tenants=len(job.tenants),
@@ -252,11 +256,11 @@ class ProviderContext(_Encoding):
             DataError: A record of the dataset is malformed.
         """
         if "public" not in self._cache:
-            self._cache["public"] = read_public(self.public_data_uri)
+            self._cache["public"] = read_public(self.public_data_uri, self.limits)
         return list(self._cache["public"])
 
 
-def read_public(uri: str | None) -> list[Example]:
+def read_public(uri: str | None, limits: LimitsConfig | None = None) -> list[Example]:
     """The public dataset at ``uri`` (the job's ``public_data_uri``).
 
     Raises:
@@ -272,7 +276,9 @@ def read_public(uri: str | None) -> list[Example]:
             "may use (e.g. examples/data/quickstart/public.jsonl).",
         )
     try:
-        return read_examples(uri)
+        return read_examples(uri, limits=limits)
+    except StoreUnavailable:
+        raise  # an outage, not a wrong setting
     except StoreError as exc:
         raise ConfigError(
             f"public_data_uri={uri!r} cannot be read: {exc}",
@@ -353,6 +359,7 @@ class TenantContext(_Encoding):
             seed=job.seed,
             lora_config=job.lora,
             training=job.training,
+            limits=job.limits,
             tenant=tenant,
             base=base,
             shared=shared or SharedBase(),
@@ -371,7 +378,7 @@ class TenantContext(_Encoding):
         """
         cache = self.shared.cache.setdefault(f"public:{self.public_data_uri}", {})
         if "examples" not in cache:
-            cache["examples"] = read_public(self.public_data_uri)
+            cache["examples"] = read_public(self.public_data_uri, self.limits)
         return list(cache["examples"])
 
     # -- the package's tokenizer ------------------------------------------------------------

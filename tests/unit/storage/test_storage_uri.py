@@ -150,3 +150,16 @@ def test_endpoint_precedence(monkeypatch: pytest.MonkeyPatch, aws_env: str, buck
     assert store.endpoint_url == aws_env  # type: ignore[attr-defined]
     store.put_bytes("via-boto-env", b"ok")  # path-style addressing reaches the server
     assert store.get_bytes("via-boto-env") == b"ok"
+
+
+def test_removal_command_names_every_file_and_sidecar(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedtune.storage.uri import removal_command
+
+    local = removal_command("file:///data/my%20run", ["state/r.json"])
+    assert local == "rm -f '/data/my run/state/r.json' '/data/my run/state/r.json.sha256'"
+    monkeypatch.setenv("FEDTUNE_S3_ENDPOINT_URL", "http://minio:9000")
+    remote = removal_command("s3://b/p", ["s/r.json"])
+    assert remote == (
+        "aws s3 rm --endpoint-url http://minio:9000 s3://b/p/s/r.json && "
+        "aws s3 rm --endpoint-url http://minio:9000 s3://b/p/s/r.json.sha256"
+    )
