@@ -242,3 +242,41 @@ def test_eval_humaneval_unknown_task(tmp_path: Path, capsys: pytest.CaptureFixtu
     path.write_text(json.dumps({"task_id": "HumanEval/9999", "completion": "x"}) + "\n")
     assert main(["eval", "humaneval", "--completions", str(path)]) == 3
     assert "HumanEval/9999" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "{job}", "--engine", "kfp-local", "--no-progress"], ["compile", "{job}", "--out", "{out}"]],
+    ids=["kfp-local", "compile"],
+)
+def test_pipelines_refuse_secure_aggregation_for_now(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tiny_job_dict(tmp_path / "w", rounds=1, secure_aggregation={"enabled": True})
+    path = write_job(tmp_path / "job.yaml", job)
+    code = main([a.format(job=path, out=tmp_path / "p.yaml") for a in argv])
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert code == 2
+    assert "supported by the local engine only for now" in err and "--engine local" in err
+    assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "w").exists()
+
+
+def test_identity_creates_a_tenant_key_once_and_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tiny_job_dict(tmp_path / "w")
+    path = write_job(tmp_path / "job.yaml", job)
+    assert main(["identity", str(path), "--tenant", "tenant-a"]) == 0
+    first = capsys.readouterr().out
+    key = first.split("identity_key: ")[1].split()[0]
+    assert "created" in first and len(key) == 64
+    assert main(["identity", str(path), "--tenant", "tenant-a"]) == 0
+    again = capsys.readouterr().out
+    assert "kept" in again and key in again
+    stored = tmp_path / "w" / "tenants" / "tenant-a" / "jobs" / "itest" / "secagg" / "identity.json"
+    assert stored.exists() and key not in stored.read_text()  # the store holds the private half
+    job["tenants"][0]["identity_key"] = "0" * 64
+    assert main(["identity", str(write_job(path, job)), "--tenant", "tenant-a"]) == 2
+    assert "is not the registered identity_key" in capsys.readouterr().err
+    assert main(["identity", str(path), "--tenant", "tenant-z"]) == 2
+    assert "no tenant named 'tenant-z'" in capsys.readouterr().err

@@ -159,3 +159,30 @@ def test_other_weighted_mean_algorithms_match_too(
     a, b = final_adapter(plain), final_adapter(secure)
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-5, rtol=0), key
+
+
+def test_an_update_over_the_norm_bound_is_refused_by_its_tenant_as_the_provider_would(
+    make_job: Callable[..., JobConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """limits.max_update_norm: the provider's check in a plain round, the tenant's own under
+    secure aggregation; the two rounds leave the same model."""
+    original = FedAvg.client_step
+
+    def b_explodes(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
+        update, state = original(self, ctx, broadcast, data, client_state)
+        if data.tenant == "tenant-b":
+            start = broadcast.tensors
+            update.tensors = {k: start[k] + (v - start[k]) * 1e4 for k, v in update.tensors.items()}
+        return update, state
+
+    monkeypatch.setattr(FedAvg, "client_step", b_explodes)
+    limits = {"max_update_norm": 5.0}
+    plain = make_job(rounds=1, limits=limits)
+    secure = make_job(rounds=1, limits=limits, secure_aggregation=SECURE)
+    plain_record = run_job(plain, NullTracker(), QUIET)["rounds"][0]
+    secure_record = run_job(secure, NullTracker(), QUIET)["rounds"][0]
+    assert "exceeds limits.max_update_norm=5" in plain_record["rejected"]["tenant-b"]
+    assert secure_record["accepted"] == ["tenant-a", "tenant-c"] and "tenant-b" in secure_record["rejected"]
+    assert not layout.JobStores(secure).exchange("tenant-b").exists(f"{layout.update_key(1)}.json")
+    a, b = final_adapter(plain), final_adapter(secure)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)

@@ -13,6 +13,7 @@ from fedtune.aggregation.fedopt import (
 from fedtune.aggregation.scaffold import (
     scaffold_client_correction,
     scaffold_new_client_variate,
+    scaffold_server_step,
     scaffold_server_update,
 )
 from fedtune.aggregation.state_ops import (
@@ -40,6 +41,7 @@ __all__ = [
     "deltas",
     "scaffold_client_correction",
     "scaffold_new_client_variate",
+    "scaffold_server_step",
     "scaffold_server_update",
     "scale",
     "server_opt_init",

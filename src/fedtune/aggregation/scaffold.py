@@ -141,15 +141,32 @@ def scaffold_server_update(
     check_same_layout(
         [c, *dc_list], names=["c", *(f"dc_list[{i}]" for i in range(n_s))], check_dtype=False
     )
-    frac = n_s / n_total_clients
-    x_new: TensorDict = {}
-    for key, x_t in x.items():
-        x64 = x_t.to(_F64)
-        mean_dy = sum((y[key].to(_F64) - x64 for y in y_list), torch.zeros_like(x64)) / n_s
-        x_new[key] = (x64 + global_lr * mean_dy).to(x_t.dtype)
-    c_new: TensorDict = {}
-    for key, c_t in c.items():
-        c64 = c_t.to(_F64)
-        mean_dc = sum((dc[key].to(_F64) for dc in dc_list), torch.zeros_like(c64)) / n_s
-        c_new[key] = (c64 + frac * mean_dc).to(c_t.dtype)
+    mean_dy = {
+        k: sum((y[k].to(_F64) - x_t.to(_F64) for y in y_list), torch.zeros_like(x_t, dtype=_F64)) / n_s
+        for k, x_t in x.items()
+    }
+    mean_dc = {
+        k: sum((dc[k].to(_F64) for dc in dc_list), torch.zeros_like(c_t, dtype=_F64)) / n_s
+        for k, c_t in c.items()
+    }
+    return scaffold_server_step(x, c, mean_dy, mean_dc, n_s, n_total_clients, global_lr)
+
+
+def scaffold_server_step(
+    x: TensorDict,
+    c: TensorDict,
+    mean_dy: TensorDict,
+    mean_dc: TensorDict,
+    n_participants: int,
+    n_total_clients: int,
+    global_lr: float,
+) -> tuple[TensorDict, TensorDict]:
+    """Line 17 from the means alone: ``x + eta_g * mean_dy``, ``c + (|S|/N) * mean_dc``.
+
+    What secure aggregation can run: it learns only the sums of ``y_i - x`` and of
+    ``c_i+ - c_i`` over ``S`` (and ``|S|``), never a single client's.
+    """
+    frac = n_participants / n_total_clients
+    x_new = {k: (x_t.to(_F64) + global_lr * mean_dy[k].to(_F64)).to(x_t.dtype) for k, x_t in x.items()}
+    c_new = {k: (c_t.to(_F64) + frac * mean_dc[k].to(_F64)).to(c_t.dtype) for k, c_t in c.items()}
     return x_new, c_new

@@ -9,6 +9,8 @@ the quorum.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -100,3 +102,36 @@ def validate_update(
             fix=f"Inspect tenant {tenant!r}'s client step (same adapter config as the "
             "broadcast, a stable learning rate); the update was left out of aggregation.",
         )
+
+
+def check_update_norm(
+    tenant: str,
+    tensors: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
+    bound: float | None,
+) -> float:
+    """The L2 norm of an update's change (its tensors minus the same-named ``reference``
+    tensors, the broadcast; tensors without one count whole); reject it above ``bound``.
+
+    Under secure aggregation the provider sees only the sum, so the tenant runs this check
+    before masking and the provider runs it on the unmasked mean (a mean of updates within the
+    bound stays within it).
+
+    Raises:
+        UpdateRejected: The norm is not finite or exceeds ``bound`` (naming both).
+    """
+    squares = 0.0
+    for key, value in tensors.items():
+        delta = value.to(torch.float64)
+        if key in reference:
+            delta = delta - reference[key].to(torch.float64)
+        squares += float(delta.pow(2).sum())
+    norm = math.sqrt(squares)
+    if bound is not None and not norm <= bound:
+        raise UpdateRejected(
+            f"update of tenant {tenant!r} rejected: its L2 norm of change {norm:.6g} exceeds "
+            f"limits.max_update_norm={bound:g}",
+            fix=f"Inspect tenant {tenant!r}'s local training (learning rate, steps), or raise "
+            "limits.max_update_norm if such updates are expected.",
+        )
+    return norm

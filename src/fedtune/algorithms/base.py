@@ -23,6 +23,25 @@ C = TypeVar("C")
 
 
 @dataclass(frozen=True)
+class SecureSum:
+    """What secure aggregation hands the provider instead of the updates: their weighted mean
+    (unmasked from the masked sum; never one tenant's) and each contributor's clear metadata."""
+
+    mean: dict[str, Any]  # update key -> torch.Tensor, as the algorithm's update carries
+    total_weight: float
+    metas: dict[str, dict[str, Any]]
+
+    def group(self, prefix: str) -> dict[str, Any]:
+        """The mean's tensors under ``prefix/``, with the prefix removed (as Message.group)."""
+        head = prefix + "/"
+        return {k[len(head) :]: v for k, v in self.mean.items() if k.startswith(head)}
+
+
+SUM_NAME = "secure-sum"
+"""The name the unmasked mean goes by where one update stands for every contributor."""
+
+
+@dataclass(frozen=True)
 class Artifact:
     """A final model written by :meth:`Algorithm.export`, as a local directory."""
 
@@ -148,6 +167,26 @@ class Algorithm(ABC, Generic[C]):
             UpdateRejected: Naming the tenant and every problem found.
         """
         validate_update(tenant, update.tensors, self.expected_update_shapes(broadcast), max_bytes)
+
+    def sum_weight(self, update: Update) -> float:
+        """A tenant's weight in the securely summed mean (it multiplies its update by it
+        before masking): num_samples, or 1 with ``aggregation_weights: uniform``."""
+        mode = getattr(self.config, "aggregation_weights", "samples")
+        return float(update.meta["num_samples"]) if mode == "samples" else 1.0
+
+    def aggregate_sum(
+        self, ctx: ProviderContext, state: ServerState, summed: SecureSum, round_index: int
+    ) -> ServerState:
+        """Provider, under secure aggregation: fold the weighted mean into the next state.
+
+        Valid for every algorithm whose :meth:`aggregate` is a weighted mean of the update
+        tensors (the config declares ``summed_update``): the mean enters as one update.
+        Algorithms that need more than the mean (SCAFFOLD's ``|S|``, FedBiOT's per-tenant
+        package versions) override it.
+        """
+        weight = max(int(round(summed.total_weight)), 1)
+        single = Update(tensors=dict(summed.mean), meta={"num_samples": weight})
+        return self.aggregate(ctx, state, {SUM_NAME: single}, round_index)
 
     def client_weights(self, updates: dict[str, Update], names: list[str]) -> list[float]:
         """Weights of ``names``' updates in the mean: by num_samples, or uniform by config."""

@@ -19,10 +19,12 @@ import torch
 
 from fedtune.aggregation import (
     scaffold_new_client_variate,
+    scaffold_server_step,
     scaffold_server_update,
     sub,
     zeros_like,
 )
+from fedtune.algorithms.base import SecureSum
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.config.algorithms import ScaffoldConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
@@ -102,3 +104,25 @@ class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
         tensors = prefixed("adapter", x_new) | prefixed("control", c_new)
         return ServerState(tensors=tensors, meta={"round": round_index})
 
+    # -- secure aggregation: the sums of y_i and of c_i+ - c_i, unweighted (the paper's mean) --
+    def sum_weight(self, update: Update) -> float:
+        return 1.0
+
+    def aggregate_sum(
+        self, ctx: ProviderContext, state: ServerState, summed: SecureSum, round_index: int
+    ) -> ServerState:
+        """Line 17 from the unmasked means: ``mean(y_i) - x`` and ``mean(c_i+ - c_i)``."""
+        x = state.group("adapter")
+        mean_y = summed.group("adapter")
+        mean_dy = {k: mean_y[k].to(torch.float64) - x_t.to(torch.float64) for k, x_t in x.items()}
+        x_new, c_new = scaffold_server_step(
+            x,
+            state.group("control"),
+            mean_dy,
+            summed.group("control_delta"),
+            n_participants=len(summed.metas),
+            n_total_clients=int(ctx.num_tenants),
+            global_lr=self.config.global_lr,
+        )
+        tensors = prefixed("adapter", x_new) | prefixed("control", c_new)
+        return ServerState(tensors=tensors, meta={"round": round_index})

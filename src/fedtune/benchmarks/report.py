@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "system_markdown"]
+__all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "secagg_lines", "system_markdown"]
 
 PLOT_METRICS: Final[dict[str, str]] = {
     "em": "exact match, balanced test set",
@@ -258,6 +258,8 @@ def system_markdown(results: Mapping[str, Any]) -> str:
             ),
             "",
         ]
+    if results.get("secagg"):
+        lines += secagg_lines(results["secagg"])
     peer = results.get("peer")
     if peer:
         job = peer["job"]
@@ -332,3 +334,60 @@ def system_markdown(results: Mapping[str, Any]) -> str:
     for note in results.get("notes", []):
         lines.append(f"- {note}")
     return "\n".join(lines) + "\n"
+
+
+def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:
+    """The secure-aggregation table: bytes (exact) and time (ratio) per round vs plain."""
+    spec = secagg["spec"]
+    params = spec["tensors"] * spec["tensor_size"]
+    lines = [
+        (
+            f"**Secure aggregation vs plain, one round** (commit {secagg.get('commit') or 'unknown'}; "
+            f"{params:,} float32 parameters per update in {spec['tensors']} tensors; every party "
+            f"in turn in one process, one torch thread; time = best of {spec['reps']} alternating "
+            "repetitions; bytes as stored, per tenant):"
+        ),
+        "",
+        "| tenants | graph | neighbours | threshold | plain up | secure up | secure down | up / plain | plain s | secure s | time / plain | max abs diff |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in secagg["rows"]:
+        lines.append(
+            f"| {r['tenants']} | {r['neighbours']} | {r['degree']} | {r['threshold']} | "
+            f"{r['plain_up_bytes']:,} | {r['secure_up_bytes']:,} | {r['secure_down_bytes']:,} | "
+            f"{r['up_ratio']:.3f} | {r['plain_seconds']:.3f} | {r['secure_seconds']:.3f} | "
+            f"{r['time_ratio']:.2f} | {r['max_abs_diff']:.1e} |"
+        )
+    return [*lines, ""]
+
+
+#: Tables generated into docs/benchmarks.md: section name -> (results file, lines from it).
+GENERATED: Final[dict[str, tuple[str, Any]]] = {
+    "secagg": ("secagg-system.json", lambda results: secagg_lines(results["secagg"])),
+}
+
+
+def regenerate(markdown: str, results_dir: str | Path) -> str:
+    """``markdown`` with every generated section rebuilt from its results file.
+
+    A section sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``.
+    """
+    for name, (file_name, build) in GENERATED.items():
+        begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+        if begin not in markdown:
+            continue
+        import json
+
+        results = json.loads((Path(results_dir) / file_name).read_text(encoding="utf-8"))
+        head, rest = markdown.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        body = "\n".join(build(results)).rstrip("\n")
+        markdown = f"{head}{begin}\n{body}\n{end}{tail}"
+    return markdown
+
+
+if __name__ == "__main__":  # python -m fedtune.benchmarks.report docs/benchmarks.md docs/results
+    import sys
+
+    doc = Path(sys.argv[1])
+    doc.write_text(regenerate(doc.read_text(encoding="utf-8"), sys.argv[2]), encoding="utf-8")

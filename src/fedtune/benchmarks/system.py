@@ -7,6 +7,8 @@
   metadata) against their raw tensor bytes and against the trainable adapter's bytes.
 - **Server-step peak memory** with and without DeepSpeed ZeRO-3
   (:mod:`fedtune.benchmarks.server_memory`).
+- **Secure aggregation vs plain** per round, several tenant counts
+  (:mod:`fedtune.benchmarks.secagg`).
 """
 
 from __future__ import annotations
@@ -249,6 +251,10 @@ def run_system(
         from fedtune.benchmarks.peer import peer_vs_bare
 
         results["peer"] = peer_vs_bare(workspace, spec, say)
+    if "secagg" in parts:
+        from fedtune.benchmarks.secagg import SecAggSpec, secagg_overhead
+
+        results["secagg"] = secagg_overhead(SecAggSpec(), say)
     if "memory" in parts:
         with tempfile.TemporaryDirectory(prefix="fedtune-memory-") as tmp:
             results["server_memory"] = measure(spec.server, tmp, deepspeed=spec.deepspeed)

@@ -372,11 +372,11 @@ def _bench_system(args: argparse.Namespace) -> int:
         changes["algorithm_params"] = params
     spec = dataclasses.replace(spec, **changes)
     parts = _names(args.parts)
-    unknown = sorted(set(parts) - {"client", "engine", "bytes", "memory", "peer"})
+    unknown = sorted(set(parts) - {"client", "engine", "bytes", "memory", "peer", "secagg"})
     if unknown:
         raise ConfigError(
             f"unknown system benchmark part(s) {unknown}",
-            fix="Use some of: client, engine, bytes, memory, peer.",
+            fix="Use some of: client, engine, bytes, memory, peer, secagg.",
         )
     workspace = _workspace(args)
     results = run_system(workspace, spec, log=out.print, parts=parts)
@@ -407,8 +407,9 @@ def _add_system(kinds: Any) -> None:
     p.add_argument(
         "--parts",
         default="client,engine,bytes,memory",
-        help="what to measure: client, engine, bytes, memory, and peer (a whole 5-round job "
-        "against a bare sequential PyTorch+PEFT loop, fedtune with 1 and N workers; minutes)",
+        help="what to measure: client, engine, bytes, memory, peer (a whole 5-round job "
+        "against a bare sequential PyTorch+PEFT loop, fedtune with 1 and N workers; minutes), "
+        "and secagg (bytes and time of a secure-aggregation round vs plain, 3-40 tenants)",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
     p.add_argument(

@@ -215,6 +215,7 @@ def registrars() -> list[Registrar]:
     from fedtune.cli.audit import register_audit
     from fedtune.cli.bench import register_bench
     from fedtune.cli.evaluate import register_eval
+    from fedtune.cli.identity import register_identity
     from fedtune.cli.kfp_commands import register_compile
     from fedtune.cli.partition import register_partition
     from fedtune.cli.serving import register_serving as register_promote_and_serve
@@ -230,5 +231,6 @@ def registrars() -> list[Registrar]:
         register_promote_and_serve,
         register_eval,
         register_audit,
+        register_identity,
         register_bench,
     ]

@@ -17,6 +17,9 @@ from fedtune.config.models import TinyModelConfig
 class WeightedMeanConfig(StrictModel):
     """Algorithms whose aggregation is a weighted mean of client updates."""
 
+    #: Aggregation needs only the weighted sum of the updates: secure aggregation can run it.
+    summed_update: ClassVar[bool] = True
+
     aggregation_weights: Literal["samples", "uniform"] = Field(
         "samples",
         description="How client updates are weighted: by their num_samples (FedAvg, capped by "
@@ -57,6 +60,8 @@ class ScaffoldConfig(StrictModel):
 
     #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
     tenants_load_base: ClassVar[bool] = True
+    #: Line 17 needs only the sums of y_i and of c_i+ - c_i: secure aggregation can run it.
+    summed_update: ClassVar[bool] = True
 
     name: Literal["scaffold"] = Field(description="Algorithm name.")
     global_lr: float = Field(
@@ -566,3 +571,12 @@ def tenants_load_base(name: str) -> bool:
         if name in get_args(section.model_fields["name"].annotation):
             return bool(section.tenants_load_base)
     raise KeyError(name)
+
+
+def summed_update_algorithms() -> list[str]:
+    """Algorithm names whose aggregation needs only the sum of the updates (secure aggregation)."""
+    names: list[str] = []
+    for section in get_args(get_args(AlgorithmConfig)[0]):
+        if getattr(section, "summed_update", False):
+            names += list(get_args(section.model_fields["name"].annotation))
+    return sorted(names)

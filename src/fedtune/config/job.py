@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from fedtune.config.algorithms import AlgorithmConfig
+from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
 from fedtune.config.base import Dns1123Label, StoreUri, StrictModel
 
@@ -99,6 +99,13 @@ class TenantConfig(StrictModel):
         description="The tenant's tokenizer (fedmkt; same values as the top-level tokenizer). "
         "The provider reads it to map vocabularies.",
     )
+    identity_key: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The tenant's Ed25519 public key (hex), registered out of band: under "
+        "secure aggregation every tenant verifies this tenant's signed keys against it, so the "
+        "provider cannot substitute them (`fedtune identity JOB --tenant NAME` creates one).",
+    )
     max_samples: int | None = Field(
         None,
         ge=1,
@@ -160,7 +167,13 @@ class LimitsConfig(StrictModel):
         "max_samples of their own; larger claims are rejected (they would dominate a "
         "sample-weighted mean).",
     )
-
+    max_update_norm: float | None = Field(
+        None,
+        gt=0.0,
+        description="Largest L2 norm of an update's change from the broadcast (off when "
+        "unset); under secure aggregation each tenant checks its own before masking and the "
+        "provider checks the unmasked mean.",
+    )
     max_record_bytes: int = Field(
         2**20,
         ge=256,
@@ -261,28 +274,48 @@ class AuditConfig(StrictModel):
     )
 
 
-#: Algorithms whose update is a weighted mean of tensors the provider folds in one call.
-SECURE_AGGREGATION_ALGORITHMS = ("fedavg", "fedprox", "fedopt", "fedadagrad", "fedadam", "fedyogi")
-
-
 class SecureAggregationConfig(StrictModel):
-    """SecAgg+ for FedIT-family jobs: the provider learns only the sum of the updates."""
+    """SecAgg / SecAgg+ (Bonawitz et al. 2017; Bell et al. 2020): the provider learns only
+    the sum of the round's updates."""
 
     enabled: bool = Field(False, description="Mask every update; the provider unmasks only the sum.")
     threshold: int | None = Field(
         None,
         ge=1,
         le=100_000,
-        description="Tenants whose shares are needed to unmask (default: a majority of the "
-        "sampled tenants); up to sampled - threshold may drop after sharing keys.",
+        description="Shares needed to recover a tenant's mask secrets, out of its neighbourhood "
+        "(itself and its neighbours; every sampled tenant with neighbours: all). Default: a "
+        "majority of the neighbourhood; up to neighbourhood - threshold may drop after sharing keys.",
+    )
+    neighbours: Literal["all", "auto"] | int = Field(
+        "all",
+        description="SecAgg+ communication graph: 'all' (complete graph, SecAgg), 'auto' "
+        "(2*ceil(log2 n) neighbours, O(log n)) or an even number K of neighbours per tenant in "
+        "a Harary graph over a seeded random order of the sampled tenants.",
     )
     frac_bits: int = Field(
         24, ge=8, le=40, description="Fractional bits of the fixed-point encoding (mod 2^64)."
     )
 
+    @model_validator(mode="after")
+    def _even_degree(self) -> SecureAggregationConfig:
+        k = self.neighbours
+        if isinstance(k, int) and (k < 2 or k % 2):
+            raise ValueError(
+                f"secure_aggregation.neighbours={k} must be an even number >= 2 (a Harary graph "
+                "joins k/2 tenants on each side), 'auto' or 'all'"
+            )
+        return self
+
+    def degree_for(self, sampled: int) -> int:
+        """Neighbours per tenant in a round of ``sampled`` tenants."""
+        from fedtune.secagg.graph import degree
+
+        return degree(self.neighbours, sampled)
+
     def threshold_for(self, sampled: int) -> int:
-        """The threshold of a round with ``sampled`` tenants."""
-        return self.threshold or sampled // 2 + 1
+        """The threshold of a round with ``sampled`` tenants (per neighbourhood)."""
+        return self.threshold or (self.degree_for(sampled) + 1) // 2 + 1
 
 
 class JobConfig(StrictModel):
@@ -398,19 +431,23 @@ class JobConfig(StrictModel):
         sa = self.secure_aggregation
         if not sa.enabled:
             return
-        if self.algorithm.name not in SECURE_AGGREGATION_ALGORITHMS:
+        if not getattr(self.algorithm, "summed_update", False):
             raise ValueError(
                 f"secure_aggregation is enabled for algorithm {self.algorithm.name!r}, whose "
-                f"update is not a plain weighted mean; use one of {list(SECURE_AGGREGATION_ALGORITHMS)} "
+                f"aggregation needs more than the sum of the updates; use one of "
+                f"{summed_update_algorithms()} "
                 "or set secure_aggregation.enabled: false"
             )
         n = self.sampled_per_round
         t = sa.threshold_for(n)
-        if not n // 2 < t <= n:
+        size = sa.degree_for(n) + 1
+        if not size // 2 < t <= size:
+            where = f"{n} sampled tenants" if size == n else f"neighbourhoods of {size} of {n} sampled tenants"
             raise ValueError(
-                f"secure_aggregation.threshold={t} must be in {n // 2 + 1}..{n} for {n} sampled "
-                "tenants (above half, so the provider cannot unmask a single update; at most the "
-                "sampled count, so a round can finish); change the threshold or clients_per_round"
+                f"secure_aggregation.threshold={t} must be in {size // 2 + 1}..{size} for {where} "
+                "(above half, so the provider cannot unmask a single update; at most the "
+                "neighbourhood, so a round can finish); change the threshold, neighbours or "
+                "clients_per_round"
             )
 
     def _check_scaffold_optimizer(self) -> None:

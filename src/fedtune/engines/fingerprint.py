@@ -36,6 +36,11 @@ def _base_dump(job: JobConfig) -> dict[str, Any]:
     dump = job.model_dump(mode="json", exclude=set(RESUMABLE_CHANGES))
     if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
         dump.pop("secure_aggregation")
+    for tenant in dump["tenants"]:
+        if tenant.get("identity_key") is None:  # unset: as before the field existed
+            tenant.pop("identity_key", None)
+    if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
+        dump["limits"].pop("max_update_norm", None)
     return dump
 
 

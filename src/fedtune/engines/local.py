@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, secagg_steps, steps, stopping
+from fedtune.engines import layout, secagg_provider, steps, stopping
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -233,7 +233,7 @@ def _run_round(
         stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     if env.job.secure_aggregation.enabled:
-        clients, aggregate = secagg_steps.run_round(env, runner, round_index, sampled, done)
+        clients, aggregate = secagg_provider.run_round(env, runner, round_index, sampled, done)
     else:
         # A tenant's failure costs its update, not the round: the quorum decides.
         outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)

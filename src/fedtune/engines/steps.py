@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core import killpoints
@@ -297,6 +298,7 @@ def collect_updates(
         try:
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
+            check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))

@@ -1,16 +1,22 @@
-"""The SecAgg protocol of one round as pure functions of each party (Bonawitz et al. 2017).
+"""The SecAgg+ protocol of one round as pure functions of each party (Bonawitz et al. 2017;
+Bell et al. 2020 for the sparse graph).
 
-Steps, with U1 >= U2 >= U3 the tenants still present at each:
+Steps, with U1 >= U2 >= U3 the tenants still present at each and N(u) the neighbours of u in
+the round's public graph (:mod:`fedtune.secagg.graph`; every other tenant by default):
 
-1. **Advertise** (tenant): two X25519 key pairs, one for the share channel, one for masks.
-2. **Share** (tenant, after the provider routes the roster U1): draw a self-mask seed ``b``;
-   Shamir-share ``b`` and the mask private key among U1; seal each share for its recipient
-   (ChaCha20-Poly1305 under an X25519/HKDF channel key) with a hash commitment per share.
+1. **Advertise** (tenant): two X25519 key pairs, one for the share channel, one for masks,
+   signed with the tenant's long-term Ed25519 identity (:mod:`fedtune.secagg.identity`).
+2. **Share** (tenant, after the provider routes the roster U1): verify every advertisement
+   against the registered identities; draw a self-mask seed ``b``; Shamir-share ``b`` and the
+   mask private key among ``{u} + N(u)`` in U1; seal each share for its recipient
+   (ChaCha20-Poly1305 under an X25519/HKDF channel key) with a hash commitment per share, and
+   sign each recipient's part.
 3. **Masked upload** (tenant, after the provider routes the sealed shares of U2):
-   ``y = encode(x) + PRG(b) + sum_{v in U2, v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)``.
+   ``y = encode(x) + PRG(b) + sum_{v in N(u) & U2, v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)``.
 4. **Unmask** (tenant, told the uploaders U3): reveal its share of ``b_u`` for u in U3 and of
-   the mask key for u in U2 \\ U3, never both for one u; the provider reconstructs, removes
-   the self-masks of U3 and the pairwise masks left by dropped tenants: the sum remains.
+   the mask key for u in U2 \\ U3, never both for one u, and only while U3 is connected in
+   the graph (else a partial sum would be exposed); the provider reconstructs, removes the
+   self-masks of U3 and the pairwise masks left by dropped tenants: the sum remains.
 
 Every message is JSON (hex bytes): nothing here unpickles. The names are tenant names; a
 tenant's share point is its 1-based position in the sorted roster.
@@ -28,105 +34,26 @@ from typing import Any
 import numpy as np
 
 from fedtune.core.errors import SecureAggregationError
-from fedtune.secagg import keys, prg, shamir
+from fedtune.secagg import graph, identity, keys, prg, shamir
+from fedtune.secagg.messages import KEY, SEED, Advertisement, Dealt, Roster, TenantSecrets, identities_of
 
-SEED, KEY = "seed", "key"
-
-
-@dataclass(frozen=True)
-class Advertisement:
-    """A tenant's public keys for one round."""
-
-    tenant: str
-    channel_public: bytes
-    mask_public: bytes
-
-    def to_json(self) -> dict[str, str]:
-        return {"tenant": self.tenant, "channel": self.channel_public.hex(), "mask": self.mask_public.hex()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Advertisement:
-        return cls(str(data["tenant"]), bytes.fromhex(data["channel"]), bytes.fromhex(data["mask"]))
-
-
-@dataclass(frozen=True)
-class TenantSecrets:
-    """What a tenant keeps private for one round: its key pairs and self-mask seed."""
-
-    channel: keys.KeyPair
-    masking: keys.KeyPair
-    seed: bytes | None = None
-
-    @classmethod
-    def new(cls) -> TenantSecrets:
-        return cls(keys.generate(), keys.generate())
-
-    def to_json(self) -> dict[str, str | None]:
-        return {
-            "channel": self.channel.private.hex(),
-            "mask": self.masking.private.hex(),
-            "seed": self.seed.hex() if self.seed is not None else None,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TenantSecrets:
-        ch, mk = bytes.fromhex(data["channel"]), bytes.fromhex(data["mask"])
-        seed = bytes.fromhex(data["seed"]) if data.get("seed") else None
-        return cls(keys.KeyPair(ch, keys.public_of(ch)), keys.KeyPair(mk, keys.public_of(mk)), seed)
-
-    def advertisement(self, tenant: str) -> Advertisement:
-        return Advertisement(tenant, self.channel.public, self.masking.public)
-
-
-@dataclass(frozen=True)
-class Roster:
-    """Every advertisement of a round (U1), the threshold and the round's context string."""
-
-    context: str
-    threshold: int
-    ads: dict[str, Advertisement]
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.ads)
-
-    def point(self, tenant: str) -> int:
-        """The tenant's Shamir share point."""
-        return self.names.index(tenant) + 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "context": self.context,
-            "threshold": self.threshold,
-            "ads": [self.ads[n].to_json() for n in self.names],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Roster:
-        ads = [Advertisement.from_json(a) for a in data["ads"]]
-        return cls(str(data["context"]), int(data["threshold"]), {a.tenant: a for a in ads})
-
-
-@dataclass(frozen=True)
-class Dealt:
-    """One dealer's step-2 output: a sealed share pair per recipient, commitments, seed hash."""
-
-    dealer: str
-    sealed: dict[str, str]  # recipient -> hex ciphertext of {"seed": hex, "key": hex}
-    commitments: dict[str, dict[str, str]]  # recipient -> {"seed": sha256, "key": sha256}
-    seed_hash: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dealer": self.dealer,
-            "sealed": self.sealed,
-            "commitments": self.commitments,
-            "seed_hash": self.seed_hash,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Dealt:
-        return cls(str(data["dealer"]), dict(data["sealed"]), dict(data["commitments"]), str(data["seed_hash"]))
+__all__ = [
+    "KEY",
+    "SEED",
+    "Advertisement",
+    "Dealt",
+    "Roster",
+    "TenantSecrets",
+    "UnmaskResult",
+    "check_roster",
+    "deal",
+    "identities_of",
+    "mask",
+    "open_shares",
+    "pairwise_seed",
+    "respond",
+    "unmask",
+]
 
 
 @dataclass
@@ -134,7 +61,20 @@ class UnmaskResult:
     """The unmasked sum and the shares set aside on the way (named, with why)."""
 
     total: np.ndarray
-    rejected_shares: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (revealer, why)
+
+    @property
+    def rejected_shares(self) -> list[str]:
+        """Why each set-aside share was set aside."""
+        return [why for _, why in self.rejected]
+
+    @property
+    def offenders(self) -> dict[str, list[str]]:
+        """Each tenant whose revealed shares were set aside, with why."""
+        out: dict[str, list[str]] = {}
+        for who, why in self.rejected:
+            out.setdefault(who, []).append(why)
+        return out
 
 
 def _pair_info(context: str, kind: str, a: str, b: str) -> bytes:
@@ -156,33 +96,65 @@ def _channel(secrets_: TenantSecrets, roster: Roster, me: str, peer: str) -> byt
     )
 
 
-def check_roster(roster: Roster, me: str, secrets_: TenantSecrets) -> None:
+def check_roster(
+    roster: Roster, me: str, secrets_: TenantSecrets, identities: Mapping[str, bytes]
+) -> None:
     """A tenant's checks of the routed roster before it deals shares.
 
     Raises:
-        SecureAggregationError: Its own keys are missing or replaced, or the roster is
-            smaller than the threshold (or the threshold is not a majority of it).
+        SecureAggregationError: Listing every problem: its own keys missing or replaced, an
+            advertisement whose signature does not verify against the advertiser's identity
+            key (named), a neighbourhood smaller than the threshold, or a threshold that is
+            not a majority of the neighbourhood.
     """
+    problems = []
     mine = roster.ads.get(me)
-    if mine is None or mine != secrets_.advertisement(me):
-        raise SecureAggregationError(
-            f"the roster of {roster.context!r} does not carry tenant {me!r}'s advertised keys",
-            fix="Re-run the round from its key advertisement; the provider must route the keys unchanged.",
+    if mine is None or (mine.channel_public, mine.mask_public) != (secrets_.channel.public, secrets_.masking.public):
+        problems.append(f"the roster does not carry tenant {me!r}'s advertised keys")
+    for name in roster.names:
+        ad = roster.ads[name]
+        public = identities.get(name)
+        if ad.tenant != name:
+            problems.append(f"the advertisement filed under {name!r} names tenant {ad.tenant!r}")
+        elif public is None:
+            problems.append(f"tenant {name!r} has no identity key to verify its advertisement against")
+        elif ad.identity != public:
+            problems.append(
+                f"the advertisement of tenant {name!r} carries identity key {ad.identity.hex()[:16]}..., "
+                f"not {name!r}'s registered {public.hex()[:16]}... (substituted keys)"
+            )
+        elif not identity.verify(public, "advert", ad.signed_part(roster.context), ad.signature):
+            problems.append(
+                f"the advertisement of tenant {name!r} fails its signature check against {name!r}'s "
+                "identity key (forged or substituted keys)"
+            )
+    size = len(roster.neighbourhood(me)) if me in roster.ads else 0
+    full = len(roster.graph.get(me, frozenset())) + 1
+    if not full // 2 < roster.threshold <= full:
+        problems.append(
+            f"threshold {roster.threshold} for a neighbourhood of {full} tenants is not in {full // 2 + 1}..{full}; "
+            "below a majority the provider could learn single updates"
         )
-    n = len(roster.ads)
-    if not n // 2 < roster.threshold <= n:
+    elif size < roster.threshold:
+        problems.append(
+            f"only {size} of tenant {me!r}'s neighbourhood of {full} advertised keys, fewer than the threshold {roster.threshold}"
+        )
+    if problems:
         raise SecureAggregationError(
-            f"threshold {roster.threshold} for a roster of {n} tenants is not in {n // 2 + 1}..{n}; "
-            "below a majority the provider could learn single updates",
-            fix="Raise secure_aggregation.threshold above half the sampled tenants, or sample more tenants.",
+            f"tenant {me!r} refuses the roster of {roster.context!r}: " + "; ".join(problems),
+            fix="The provider must route the signed advertisements unchanged; check each named "
+            "tenant's registered identity key (tenants[].identity_key) and re-run the round.",
         )
 
 
-def deal(me: str, secrets_: TenantSecrets, roster: Roster) -> tuple[TenantSecrets, Dealt]:
-    """Step 2: draw the self-mask seed and seal shares of it and of the mask key for U1."""
-    check_roster(roster, me, secrets_)
+def deal(
+    me: str, secrets_: TenantSecrets, roster: Roster, identities: Mapping[str, bytes], signing_key: bytes
+) -> tuple[TenantSecrets, Dealt]:
+    """Step 2: draw the self-mask seed and seal signed shares of it and of the mask key for
+    ``me``'s neighbourhood in U1."""
+    check_roster(roster, me, secrets_, identities)
     seed = os.urandom(prg.SEED_BYTES)
-    points = {name: roster.point(name) for name in roster.names}
+    points = {name: roster.point(name) for name in roster.neighbourhood(me)}
     seed_shares = shamir.split(seed, points.values(), roster.threshold)
     key_shares = shamir.split(secrets_.masking.private, points.values(), roster.threshold)
     sealed: dict[str, str] = {}
@@ -195,17 +167,24 @@ def deal(me: str, secrets_: TenantSecrets, roster: Roster) -> tuple[TenantSecret
             SEED: shamir.commitment(_tag(roster, me, SEED), x, seed_shares[x]),
             KEY: shamir.commitment(_tag(roster, me, KEY), x, key_shares[x]),
         }
-    return replace(secrets_, seed=seed), Dealt(me, sealed, commitments, _seed_hash(roster.context, me, seed))
+    dealt = Dealt(me, sealed, commitments, _seed_hash(roster.context, me, seed))
+    signatures = {r: identity.sign(signing_key, "dealt", dealt.signed_part(roster.context, r)) for r in sealed}
+    return replace(secrets_, seed=seed), replace(dealt, signatures=signatures)
 
 
 def open_shares(
-    me: str, secrets_: TenantSecrets, roster: Roster, dealt: Mapping[str, Dealt]
+    me: str, secrets_: TenantSecrets, roster: Roster, dealt: Mapping[str, Dealt], identities: Mapping[str, bytes]
 ) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
     """Step 3 (tenant): unseal the shares addressed to ``me``; return (held, problems by dealer)."""
     held: dict[str, dict[str, int]] = {}
     problems: dict[str, str] = {}
     x = roster.point(me)
     for dealer, item in sorted(dealt.items()):
+        public = identities.get(dealer)
+        signature = item.signatures.get(me, "")
+        if public is None or not identity.verify(public, "dealt", item.signed_part(roster.context, me), signature):
+            problems[dealer] = f"the share message of {dealer!r} for {me!r} fails its signature check"
+            continue
         blob = item.sealed.get(me)
         plain = None
         if blob is not None and dealer in roster.ads:
@@ -242,7 +221,7 @@ def mask(
         )
     n = len(encoded)
     out = np.asarray(encoded, dtype=np.uint64) + prg.mask(secrets_.seed, n)
-    for peer in sorted(set(sharers) - {me}):
+    for peer in sorted(set(sharers) & set(roster.neighbourhood(me)) - {me}):
         m = prg.mask(pairwise_seed(secrets_.masking.private, roster.ads[peer].mask_public, roster.context, me, peer), n)
         out = out + m if me < peer else out - m
     return out
@@ -253,24 +232,31 @@ def respond(
     held: Mapping[str, Mapping[str, int]],
     sharers: Iterable[str],
     survivors: Iterable[str],
-    threshold: int,
+    roster: Roster,
     previous: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, str]]:
     """Step 4 (tenant): reveal seed shares of ``survivors`` and key shares of the dropped.
 
     Raises:
-        SecureAggregationError: ``me`` is not a survivor, survivors are not sharers, there are
-            fewer than ``threshold`` of them, or an earlier answer of this round named a
-            different split (revealing both shares of one tenant would expose its update).
+        SecureAggregationError: ``me`` is not a survivor, survivors are not sharers, fewer
+            than the threshold of ``me``'s neighbourhood survived, the survivors fall apart
+            in the graph (each part's sum would be exposed), or an earlier answer of this
+            round named a different split (revealing both shares of one tenant would expose
+            its update).
     """
     sharers_, survivors_ = sorted(set(sharers)), sorted(set(survivors))
+    threshold = roster.threshold
     problems = []
     if me not in survivors_:
         problems.append(f"tenant {me!r} is not among the uploaders {survivors_}")
     if not set(survivors_) <= set(sharers_):
         problems.append(f"uploaders {sorted(set(survivors_) - set(sharers_))} never dealt shares")
-    if len(survivors_) < threshold:
-        problems.append(f"{len(survivors_)} uploader(s) is below the threshold {threshold}")
+    near = sorted(set(survivors_) & set(roster.neighbourhood(me)))
+    if len(near) < threshold:
+        problems.append(f"{len(near)} uploader(s) {near} in {me!r}'s neighbourhood is below the threshold {threshold}")
+    parts = graph.components(roster.graph, survivors_)
+    if len(parts) > 1:
+        problems.append(f"the uploaders fall apart into {len(parts)} parts {parts} of the graph")
     if previous is not None and sorted(previous.get(SEED, {})) != [u for u in survivors_ if u in held]:
         problems.append(f"tenant {me!r} already answered this round for uploaders {sorted(previous.get(SEED, {}))}")
     if problems:
@@ -289,7 +275,7 @@ def _recover(
     item: Dealt,
     kind: str,
     responses: Mapping[str, Mapping[str, Mapping[str, str]]],
-    rejected: list[str],
+    rejected: list[tuple[str, str]],
     reasons: list[str],
 ) -> bytes | None:
     """Reconstruct one dealer's seed or key from the revealed shares that match commitments."""
@@ -305,7 +291,7 @@ def _recover(
         except (TypeError, ValueError):
             y = -1
         if shamir.commitment(_tag(roster, u, kind), x, y) != item.commitments.get(v, {}).get(kind):
-            rejected.append(f"share of {u!r}'s {kind} revealed by {v!r} does not match {u!r}'s commitment")
+            rejected.append((v, f"share of {u!r}'s {kind} revealed by {v!r} does not match {u!r}'s commitment"))
             continue
         good[x] = y
     if len(good) < roster.threshold:
@@ -337,7 +323,7 @@ def unmask(
         SecureAggregationError: Listing every reason the sum cannot be recovered.
     """
     reasons: list[str] = []
-    rejected: list[str] = []
+    rejected: list[tuple[str, str]] = []
     sharers = sorted(dealt)
     survivors = sorted(masked)
     strangers = sorted(set(survivors) - set(sharers))
@@ -362,14 +348,15 @@ def unmask(
         raise SecureAggregationError(
             f"secure aggregation of {roster.context!r} cannot recover the sum: " + "; ".join(reasons),
             fix="Fix or drop the named tenants and re-run the round, or lower secure_aggregation.threshold "
-            "(it must stay above half the sampled tenants).",
+            "(it must stay above half of each neighbourhood).",
         )
     n = lengths[0]
+    links = roster.graph
     total = np.zeros(n, dtype=np.uint64)
     for u in survivors:
         total = total + np.asarray(masked[u], dtype=np.uint64) - prg.mask(recovered[u], n)
     for u in sorted(set(sharers) - set(survivors)):
-        for v in survivors:
+        for v in sorted(set(survivors) & links.get(u, frozenset())):
             m = prg.mask(pairwise_seed(recovered[u], roster.ads[v].mask_public, roster.context, u, v), n)
             total = total - m if v < u else total + m  # v added +m when v < u, else -m
-    return UnmaskResult(total=total, rejected_shares=rejected)
+    return UnmaskResult(total=total, rejected=rejected)

@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 from fedtune.core.errors import SecureAggregationError
-from fedtune.secagg import fixedpoint, keys, prg
+from fedtune.secagg import fixedpoint, identity, keys, prg
 from fedtune.secagg import protocol as p
 
 FRAC = 24
+
+
+CONTEXT = "job|round-1"
+IDENTITY = {f"t{i}": identity.generate() for i in range(12)}
+REGISTERED = {name: pair[1] for name, pair in IDENTITY.items()}
 
 
 @dataclass
@@ -25,16 +30,21 @@ class Round:
     values: dict[str, np.ndarray]
 
 
-def setup_round(n: int = 5, t: int = 3, size: int = 64, seed: int = 0) -> Round:
+def ads(secrets: dict[str, p.TenantSecrets]) -> dict[str, p.Advertisement]:
+    return {x: secrets[x].advertisement(x, CONTEXT, IDENTITY[x][0]) for x in secrets}
+
+
+def setup_round(n: int = 5, t: int = 3, size: int = 64, seed: int = 0, degree: int | None = None) -> Round:
     names = [f"t{i}" for i in range(n)]
     secrets = {name: p.TenantSecrets.new() for name in names}
-    roster = p.Roster("job|round-1", t, {x: secrets[x].advertisement(x) for x in names})
+    roster = p.Roster(CONTEXT, t, ads(secrets), tuple(names), degree, "ab" * 16)
     dealt = {}
     for name in names:
-        secrets[name], dealt[name] = p.deal(name, secrets[name], roster)
+        secrets[name], dealt[name] = p.deal(name, secrets[name], roster, REGISTERED, IDENTITY[name][0])
     held = {}
     for name in names:
-        held[name], problems = p.open_shares(name, secrets[name], roster, dealt)
+        routed = {u: d.part(name) for u, d in dealt.items() if name in d.sealed}
+        held[name], problems = p.open_shares(name, secrets[name], roster, routed, REGISTERED)
         assert problems == {}
     rng = np.random.default_rng(seed)
     values = {name: rng.normal(size=size) * (i + 1) for i, name in enumerate(names)}
@@ -47,7 +57,7 @@ def upload(r: Round, who: list[str]) -> dict[str, np.ndarray]:
 
 
 def answers(r: Round, survivors: list[str], responders: list[str]) -> dict:
-    return {v: p.respond(v, r.held[v], r.names, survivors, r.roster.threshold) for v in responders}
+    return {v: p.respond(v, r.held[v], r.names, survivors, r.roster) for v in responders}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -112,34 +122,34 @@ def test_tampered_sealed_share_is_detected_by_its_recipient() -> None:
     blob = bytearray.fromhex(r.dealt["t0"].sealed["t1"])
     blob[-1] ^= 1
     r.dealt["t0"].sealed["t1"] = blob.hex()
-    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, r.dealt)
+    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, r.dealt, REGISTERED)
     assert "t0" not in held
-    assert problems == {"t0": "the share sealed by 't0' for 't1' is missing or fails authentication"}
+    assert problems == {"t0": "the share message of 't0' for 't1' fails its signature check"}
 
 
 def test_a_tenant_refuses_to_reveal_both_shares_of_one_tenant() -> None:
     r = setup_round(n=5, t=3)
-    first = p.respond("t1", r.held["t1"], r.names, r.names, 3)
+    first = p.respond("t1", r.held["t1"], r.names, r.names, r.roster)
     with pytest.raises(SecureAggregationError, match="already answered") as info:
-        p.respond("t1", r.held["t1"], r.names, ["t1", "t2", "t3"], 3, previous=first)
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2", "t3"], r.roster, previous=first)
     assert "Start the round over" in info.value.fix
     with pytest.raises(SecureAggregationError, match="below the threshold 3"):
-        p.respond("t1", r.held["t1"], r.names, ["t1", "t2"], 3)
+        p.respond("t1", r.held["t1"], r.names, ["t1", "t2"], r.roster)
 
 
 def test_threshold_must_be_a_majority_of_the_roster() -> None:
-    s = {x: p.TenantSecrets.new() for x in "abcd"}
-    roster = p.Roster("c", 2, {x: s[x].advertisement(x) for x in s})
-    with pytest.raises(SecureAggregationError, match=r"threshold 2 for a roster of 4 tenants is not in 3..4"):
-        p.deal("a", s["a"], roster)
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(4)}
+    roster = p.Roster(CONTEXT, 2, ads(s))
+    with pytest.raises(SecureAggregationError, match=r"threshold 2 for a neighbourhood of 4 tenants is not in 3..4"):
+        p.deal("t0", s["t0"], roster, REGISTERED, IDENTITY["t0"][0])
 
 
 def test_a_replaced_key_in_the_roster_is_refused() -> None:
-    s = {x: p.TenantSecrets.new() for x in "abc"}
-    ads = {x: s[x].advertisement(x) for x in s}
-    ads["a"] = p.TenantSecrets.new().advertisement("a")
-    with pytest.raises(SecureAggregationError, match="does not carry tenant 'a'"):
-        p.deal("a", s["a"], p.Roster("c", 2, ads))
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(3)}
+    routed = ads(s)
+    routed["t0"] = p.TenantSecrets.new().advertisement("t0", CONTEXT, IDENTITY["t0"][0])
+    with pytest.raises(SecureAggregationError, match="does not carry tenant 't0'"):
+        p.deal("t0", s["t0"], p.Roster(CONTEXT, 2, routed), REGISTERED, IDENTITY["t0"][0])
 
 
 def test_messages_round_trip_through_json() -> None:
@@ -179,3 +189,100 @@ def test_the_provider_cannot_unmask_a_single_upload() -> None:
     fake = keys.generate()
     ch = keys.agree(fake.private, r.roster.ads["t0"].channel_public, b"any")
     assert keys.open_sealed(ch, bytes.fromhex(r.dealt["t0"].sealed["t1"]), b"job|round-1|t0->t1") is None
+
+
+# -- SecAgg+: a sparse graph (Bell et al. 2020) ------------------------------------------------
+def ring(r: Round) -> list[str]:
+    from fedtune.secagg import graph
+
+    return graph._order(r.names, bytes.fromhex(r.roster.graph_seed))
+
+
+def test_sparse_graph_gives_the_complete_graph_sum() -> None:
+    sparse = setup_round(n=12, t=3, degree=4, size=256, seed=1)
+    assert all(len(sparse.dealt[x].sealed) == 5 for x in sparse.names)  # itself + 4 neighbours
+    result = p.unmask(sparse.roster, sparse.dealt, upload(sparse, sparse.names), answers(sparse, sparse.names, sparse.names))
+    dense = setup_round(n=12, t=7, size=256, seed=1)  # the same values, the complete graph
+    assert all(len(dense.dealt[x].sealed) == 12 for x in dense.names)
+    complete = p.unmask(dense.roster, dense.dealt, upload(dense, dense.names), answers(dense, dense.names, dense.names))
+    assert np.array_equal(result.total, complete.total)  # the same sum of encodings, mod 2^64
+    plain = sum(sparse.values.values())
+    assert np.abs(fixedpoint.decode(result.total, FRAC) - plain).max() <= 12 * 2.0 ** -(FRAC + 1)
+
+
+@pytest.mark.parametrize("positions", [[0], [0, 6], [3, 4], [0, 4, 8]])
+def test_sparse_graph_recovers_dropouts_up_to_the_bound(positions: list[int]) -> None:
+    """Each neighbourhood of 5 loses at most 5 - t = 2 tenants; the survivors stay connected."""
+    r = setup_round(n=12, t=3, degree=4, seed=2)
+    dropped = [ring(r)[i] for i in positions]
+    survivors = [x for x in r.names if x not in dropped]
+    result = p.unmask(r.roster, r.dealt, upload(r, survivors), answers(r, survivors, survivors))
+    plain = sum(r.values[x] for x in survivors)
+    assert np.abs(fixedpoint.decode(result.total, FRAC) - plain).max() < 1e-6
+
+
+def test_sparse_graph_below_the_bound_fails_listing_every_tenant() -> None:
+    r = setup_round(n=12, t=3, degree=4, seed=3)
+    order = ring(r)
+    dropped = order[0:3]  # three neighbours in a row: each keeps only 2 of its 5 share holders
+    survivors = [x for x in r.names if x not in dropped]
+    with pytest.raises(SecureAggregationError) as info:
+        p.unmask(r.roster, r.dealt, upload(r, survivors), answers(r, survivors, survivors))
+    text = str(info.value)
+    for u in dropped:
+        assert f"{u!r}'s key: 2 valid share(s) revealed, threshold is 3" in text
+
+
+def test_a_tenant_refuses_to_unmask_survivors_that_fall_apart() -> None:
+    """A partial sum is exposed when the survivors split: the answer is refused."""
+    r = setup_round(n=8, t=2, degree=2, seed=4)  # a ring
+    order = ring(r)
+    survivors = [order[i] for i in (0, 1, 4, 5)]
+    with pytest.raises(SecureAggregationError, match="fall apart into 2 parts"):
+        p.respond(order[0], r.held[order[0]], r.names, survivors, r.roster)
+
+
+# -- signed advertisements and share messages -------------------------------------------------
+def test_a_tampered_advertisement_is_refused_naming_its_tenant() -> None:
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(3)}
+    routed = ads(s)
+    evil = p.TenantSecrets.new()
+    # The provider swaps t1's mask key for its own, keeping t1's signature.
+    routed["t1"] = p.Advertisement("t1", routed["t1"].channel_public, evil.masking.public, routed["t1"].identity, routed["t1"].signature)
+    with pytest.raises(SecureAggregationError) as info:
+        p.deal("t0", s["t0"], p.Roster(CONTEXT, 2, routed), REGISTERED, IDENTITY["t0"][0])
+    assert "the advertisement of tenant 't1' fails its signature check" in str(info.value)
+    assert "tenants[].identity_key" in info.value.fix
+
+
+def test_a_forged_advertisement_is_refused_naming_its_tenant() -> None:
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(3)}
+    routed = ads(s)
+    forger, _ = identity.generate()  # the provider's own identity, not t2's registered one
+    routed["t2"] = p.TenantSecrets.new().advertisement("t2", CONTEXT, forger)
+    with pytest.raises(SecureAggregationError) as info:
+        p.deal("t0", s["t0"], p.Roster(CONTEXT, 2, routed), REGISTERED, IDENTITY["t0"][0])
+    assert "the advertisement of tenant 't2' carries identity key" in str(info.value)
+    assert "not 't2''s registered" in str(info.value)
+
+
+def test_an_advertisement_signed_for_another_round_is_refused() -> None:
+    s = {f"t{i}": p.TenantSecrets.new() for i in range(3)}
+    routed = ads(s)
+    routed["t1"] = s["t1"].advertisement("t1", "job|round-0", IDENTITY["t1"][0])  # replayed
+    with pytest.raises(SecureAggregationError, match="tenant 't1' fails its signature check"):
+        p.deal("t0", s["t0"], p.Roster(CONTEXT, 2, routed), REGISTERED, IDENTITY["t0"][0])
+
+
+def test_a_tampered_share_message_is_set_aside_naming_its_dealer() -> None:
+    r = setup_round(n=3, t=2)
+    part = r.dealt["t0"].part("t1")
+    part.commitments["t1"] = {"seed": "0" * 64, "key": "0" * 64}
+    held, problems = p.open_shares("t1", r.secrets["t1"], r.roster, {"t0": part}, REGISTERED)
+    assert held == {} and problems == {"t0": "the share message of 't0' for 't1' fails its signature check"}
+
+
+def test_unregistered_identities_fall_back_to_the_advertised_key_and_are_listed() -> None:
+    r = setup_round(n=3, t=2)
+    keys_, unregistered = p.identities_of(r.roster, {"t0": REGISTERED["t0"]})
+    assert unregistered == ["t1", "t2"] and keys_ == {x: REGISTERED[x] for x in r.names}

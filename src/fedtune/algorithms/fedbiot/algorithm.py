@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from fedtune.algorithms.base import Algorithm, Artifact
+from fedtune.algorithms.base import Algorithm, Artifact, SecureSum
 from fedtune.algorithms.fedbiot import client, server
 from fedtune.algorithms.fedbiot.package import Blueprint
 from fedtune.config.algorithms import (
@@ -89,7 +89,18 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
         updates: dict[str, Update],
         round_index: int,
     ) -> ServerState:
-        return server.next_state(self.provider(ctx), state, updates, round_index, self.align_steps)
+        provider = self.provider(ctx)
+        metas = {n: u.meta for n, u in updates.items()}
+        adapter = server.mean_adapter(provider, updates)
+        return server.next_state(provider, state, adapter, metas, round_index, self.align_steps)
+
+    def aggregate_sum(
+        self, ctx: ProviderContext, state: ServerState, summed: SecureSum, round_index: int
+    ) -> ServerState:
+        """The unmasked mean adapter; package versions come from the clear metadata."""
+        return server.next_state(
+            self.provider(ctx), state, summed.group("adapter"), summed.metas, round_index, self.align_steps
+        )
 
     def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
         return server.final_broadcast(self.provider(ctx), state)

@@ -306,23 +306,29 @@ def final_broadcast(provider: Provider, state: ServerState) -> Broadcast:
     )
 
 
-def next_state(
-    provider: Provider,
-    state: ServerState,
-    updates: dict[str, Update],
-    round_index: int,
-    align_steps: int,
-) -> ServerState:
-    """FedAvg the adapters, record who holds which view, realign, evaluate on schedule."""
+def mean_adapter(provider: Provider, updates: dict[str, Update]) -> dict[str, torch.Tensor]:
+    """FedAvg of the tenants' adapters (weighted as ``aggregation_weights`` says)."""
     names = sorted(updates)
     counts = [int(updates[n].meta["num_samples"]) for n in names]
-    adapter = weighted_mean(
+    return weighted_mean(
         [updates[n].group("adapter") for n in names],
         client_weights(provider.config.aggregation_weights, counts),
     )
+
+
+def next_state(
+    provider: Provider,
+    state: ServerState,
+    adapter: dict[str, torch.Tensor],
+    metas: dict[str, dict[str, Any]],
+    round_index: int,
+    align_steps: int,
+) -> ServerState:
+    """From the averaged adapter and each contributor's metadata: record who holds which
+    view, realign, evaluate on schedule."""
     holders = dict(state.meta["holders"])
-    for name in names:
-        if updates[name].meta.get("package_version") == round_index:
+    for name in sorted(metas):
+        if metas[name].get("package_version") == round_index:
             holders[name] = round_index
         else:  # trained on something else: it gets the full package next time
             holders.pop(name, None)

@@ -1,0 +1,274 @@
+"""The provider's steps of a secure-aggregation round (see :mod:`fedtune.engines.secagg_steps`
+for the whole round): route keys and shares, ask for unmasking, unmask the sum and fold it.
+
+The provider routes messages it cannot read or forge: advertisements and share messages are
+signed by their tenants (checked here too, so a bad one is named early), shares are sealed to
+their recipients, and the graph is derived from the job by every party alike.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedtune.aggregation import validate_update
+from fedtune.aggregation.validation import check_update_norm
+from fedtune.algorithms.base import SUM_NAME, SecureSum
+from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
+from fedtune.core.messages import Broadcast, ServerState, Update
+from fedtune.engines import layout
+from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
+from fedtune.engines.steps import ProviderEnv, _weighted
+from fedtune.secagg import fixedpoint, identity, vector
+from fedtune.secagg import protocol as p
+
+
+def _read_each(env: ProviderEnv, names: list[str], key: str) -> tuple[dict[str, Any], dict[str, str]]:
+    found: dict[str, Any] = {}
+    missing: dict[str, str] = {}
+    for name in names:
+        store = env.stores.exchange(name)
+        if not store.exists(key):
+            missing[name] = f"no {key.rsplit('/', 1)[-1]} was delivered"
+            continue
+        try:
+            found[name] = store.get_json(key)
+        except FedtuneError as exc:
+            missing[name] = str(exc)
+    return found, missing
+
+
+def _too_few(what: str, got: list[str], threshold: int, missing: dict[str, str], round_index: int) -> SecureAggregationError:
+    reasons = "; ".join(f"{n}: {r}" for n, r in sorted(missing.items()))
+    return SecureAggregationError(
+        f"round {round_index}: {len(got)} {what} {got}, fewer than secure_aggregation.threshold="
+        f"{threshold}; missing: {reasons}",
+        fix="Fix the named tenants and re-run with --resume, or lower secure_aggregation.threshold "
+        "(it must stay above half of each neighbourhood).",
+    )
+
+
+def route_keys_step(
+    env: ProviderEnv, round_index: int, sampled: list[str], failed: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Provider: gather the signed adverts (dropping any that fail their signature, named);
+    hand the roster to every advertiser."""
+    started = time.perf_counter()
+    expected = expected_roster(env.job, round_index)
+    t = expected["threshold"]
+    raw, missing = _read_each(env, sampled, layout.secagg_key(round_index, "advert"))
+    registered = registered_identities(env.job)
+    ads: dict[str, p.Advertisement] = {}
+    for name, data in raw.items():
+        try:
+            ad = p.Advertisement.from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            missing[name] = f"its key advertisement cannot be read ({exc!r})"
+            continue
+        public = registered.get(name) or ad.identity
+        if ad.tenant != name or not identity.verify(public, "advert", ad.signed_part(expected["context"]), ad.signature):
+            missing[name] = "its key advertisement fails its signature check against its identity key"
+            continue
+        ads[name] = ad
+    if len(ads) < t:
+        raise _too_few("key advertisement(s)", sorted(ads), t, {**missing, **(failed or {})}, round_index)
+    roster = p.Roster(
+        expected["context"], t, ads, expected["sampled"], expected["degree"], expected["graph_seed"]
+    ).to_json()
+    for name in ads:
+        env.stores.exchange(name).put_json(layout.secagg_key(round_index, "roster"), roster)
+    _, unregistered = p.identities_of(p.Roster.from_json(roster), registered)
+    return {
+        "seconds": time.perf_counter() - started,
+        "bytes": json_size(roster) * len(ads),
+        "missing": missing,
+        "unregistered": unregistered,
+    }
+
+
+def route_shares_step(
+    env: ProviderEnv, round_index: int, sampled: list[str], failed: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Provider: hand each sharer the signed, sealed shares addressed to it (and the sharers)."""
+    started = time.perf_counter()
+    roster = _roster(env, round_index, sampled)
+    dealt, missing = _dealt(env, round_index, roster)
+    if len(dealt) < roster.threshold:
+        raise _too_few("share deal(s)", sorted(dealt), roster.threshold, {**missing, **(failed or {})}, round_index)
+    sharers = sorted(dealt)
+    written = 0
+    for v in sharers:
+        inbox = {
+            "sharers": sharers,
+            "dealt": {u: d.part(v).to_json() for u, d in dealt.items() if v in d.sealed and v in d.commitments},
+        }
+        env.stores.exchange(v).put_json(layout.secagg_key(round_index, "inbox"), inbox)
+        written += json_size(inbox)
+    return {"seconds": time.perf_counter() - started, "bytes": written, "missing": missing}
+
+
+def _roster(env: ProviderEnv, round_index: int, sampled: list[str]) -> p.Roster:
+    for name in sampled:
+        store = env.stores.exchange(name)
+        key = layout.secagg_key(round_index, "roster")
+        if store.exists(key):
+            return p.Roster.from_json(store.get_json(key))
+    raise SecureAggregationError(
+        f"round {round_index}: no roster was routed to any of {sampled}",
+        fix="Run the round's key routing first (re-run the round with --resume).",
+    )
+
+
+def _dealt(env: ProviderEnv, round_index: int, roster: p.Roster) -> tuple[dict[str, p.Dealt], dict[str, str]]:
+    raw, missing = _read_each(env, roster.names, layout.secagg_key(round_index, "dealt"))
+    dealt: dict[str, p.Dealt] = {}
+    for name, data in raw.items():
+        try:
+            item = p.Dealt.from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            missing[name] = f"its share deal cannot be read ({exc!r})"
+            continue
+        if item.dealer != name or sorted(item.sealed) != roster.neighbourhood(name):
+            missing[name] = f"its share deal is not addressed to its neighbourhood {roster.neighbourhood(name)}"
+            continue
+        dealt[name] = item
+    return dealt, missing
+
+
+def request_unmask_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
+    """Provider: tell every uploader who uploaded (U3) and who shared (U2)."""
+    started = time.perf_counter()
+    roster = _roster(env, round_index, sampled)
+    dealt, _ = _dealt(env, round_index, roster)
+    survivors = [n for n in sorted(dealt) if Update.stored(env.stores.exchange(n), layout.update_key(round_index))]
+    request = {"sharers": sorted(dealt), "survivors": survivors}
+    for name in survivors:
+        env.stores.exchange(name).put_json(layout.secagg_key(round_index, "unmask-request"), request)
+    return {"seconds": time.perf_counter() - started, "bytes": json_size(request) * len(survivors)}
+
+
+def aggregate_step(
+    env: ProviderEnv, round_index: int, sampled: list[str], extra: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Provider: unmask the sum, check it, and fold the mean into the next state."""
+    store = env.store()
+    key = layout.state_key(round_index)
+    if ServerState.stored(store, key):
+        return {"skipped": True}
+    started = time.perf_counter()
+    roster = _roster(env, round_index, sampled)
+    dealt, rejected = _dealt(env, round_index, roster)
+    rejected.update({n: "not in the round's roster (no valid key advertisement)" for n in sampled if n not in roster.ads})
+    updates: dict[str, Update] = {}
+    for name in sorted(dealt):
+        exchange = env.stores.exchange(name)
+        if Update.stored(exchange, layout.update_key(round_index)):
+            updates[name] = Update.load(exchange, layout.update_key(round_index))
+        else:
+            rejected[name] = "dropped after sharing keys: no masked update was delivered"
+    for name, reason in (extra or {}).items():
+        if name not in updates:
+            rejected[name] = reason
+    if len(updates) < env.job.min_clients:
+        raise QuorumError(
+            f"round {round_index}: {len(updates)} masked update(s) of {len(sampled)} sampled, fewer "
+            f"than min_clients={env.job.min_clients}; rejected: {json.dumps(rejected, sort_keys=True)}"
+        )
+    answers, missing = _read_each(env, sorted(updates), layout.secagg_key(round_index, "unmask"))
+    rejected.update({n: f"no unmasking answer ({r})" for n, r in missing.items()})
+    broadcast = Broadcast.load(store, layout.broadcast_key(round_index))
+    specs = env.algorithm.expected_update_shapes(broadcast)
+    compute_started = time.perf_counter()
+    masked = {n: u.tensors[MASKED].numpy().view(np.uint64) for n, u in updates.items() if MASKED in u.tensors}
+    result = p.unmask(roster, dealt, masked, answers)
+    total_weight = sum(float(updates[n].meta["secagg"]["weight"]) for n in masked)
+    mean = fixedpoint.decode(result.total, env.job.secure_aggregation.frac_bits) / total_weight
+    mean_tensors = vector.unflatten(mean, specs)
+    # The one check left to the provider: the unmasked mean (keys, shapes, finite, size).
+    validate_update(SUM_NAME, mean_tensors, specs, env.job.limits.max_update_bytes)
+    check_update_norm(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits.max_update_norm)
+    summed = SecureSum(mean_tensors, total_weight, {n: dict(updates[n].meta) for n in masked})
+    state = ServerState.load(store, layout.state_key(round_index - 1))
+    new_state = env.algorithm.aggregate_sum(env.ctx, state, summed, round_index)
+    compute = time.perf_counter() - compute_started
+    new_state.save(store, key)
+    metas = [u.meta for u in updates.values()]
+    return {
+        "seconds": time.perf_counter() - started,
+        "compute_seconds": compute,
+        "accepted": sorted(masked),
+        "rejected": rejected,
+        "train_loss": _weighted([(m.get("train_loss"), m["num_samples"]) for m in metas]),
+        "eval_loss": _weighted([(m.get("eval_loss"), m["num_samples"]) for m in metas]),
+        "metrics": {**dict(new_state.meta.get("metrics") or {}), "secagg/rejected_shares": len(result.rejected_shares)},
+        "secagg": {"rejected_shares": result.rejected_shares, "offenders": result.offenders},
+    }
+
+
+# -- one round in an engine that runs tenant tasks through a runner ---------------------------
+def run_round(
+    env: ProviderEnv,
+    runner: Any,
+    round_index: int,
+    sampled: list[str],
+    done: Callable[[Any], None],
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every step of a secure round in order; returns (client results, aggregate result).
+
+    A tenant that fails a step drops out of the later ones; the threshold decides whether
+    the round completes. The aggregate's metrics carry the protocol's bytes and seconds.
+    """
+    from fedtune.engines.workers import Task
+
+    failed: dict[str, str] = {}
+    extra_bytes = 0
+    extra_seconds = 0.0
+
+    def tenants(kind: str, names: list[str], callback: Callable[[Any], None]) -> dict[str, dict[str, Any]]:
+        nonlocal extra_bytes, extra_seconds
+        outcomes = runner.run([Task(kind, round_index, n) for n in names], callback)  # type: ignore[arg-type]
+        failed.update({n: f"{kind}: {o.failure}" for n, o in outcomes.items() if o.result is None})
+        ok = {n: dict(o.result) for n, o in outcomes.items() if o.result is not None}
+        if kind != "client":
+            extra_bytes += sum(int(r.get("bytes", 0)) for r in ok.values())
+            extra_seconds += sum(float(r.get("seconds", 0.0)) for r in ok.values())
+        return ok
+
+    def provider(step: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        nonlocal extra_bytes, extra_seconds
+        out = step(env, round_index, sampled, *args)
+        extra_bytes += int(out.get("bytes", 0))
+        extra_seconds += float(out.get("seconds", 0.0))
+        failed.update({n: r for n, r in out.get("missing", {}).items() if n not in failed})
+        return out
+
+    quiet: Callable[[Any], None] = lambda _: None
+    advertised = tenants("secagg-advertise", sampled, quiet)
+    routed = provider(route_keys_step, failed)
+    shared = tenants("secagg-share", sorted(advertised), quiet)
+    provider(route_shares_step, failed)
+    clients = tenants("client", sorted(shared), done)
+    provider(request_unmask_step)
+    tenants("secagg-unmask", sorted(clients), quiet)
+    aggregate = aggregate_step(env, round_index, sampled, extra=failed)
+    for name, lines in aggregate.get("secagg", {}).get("offenders", {}).items():
+        if name in clients:  # named in the round's summary, beside the tenant
+            meta = clients[name].setdefault("meta", {})
+            meta["notes"] = [*meta.get("notes", []), *(f"secure aggregation set aside: {x}" for x in lines)]
+    masked_bytes = sum(int(r.get("bytes", 0)) for r in clients.values())
+    plain_bytes = sum(int(r.get("raw_bytes") or 0) for r in clients.values())
+    aggregate["metrics"] = {
+        **aggregate.get("metrics", {}),
+        "secagg/protocol_bytes": extra_bytes,
+        "secagg/protocol_seconds": extra_seconds,
+        "secagg/masked_update_bytes": masked_bytes,
+        "secagg/plain_update_bytes": plain_bytes,
+        "secagg/mask_seconds": sum(float(r.get("mask_seconds", 0.0)) for r in clients.values()),
+        "secagg/unmask_seconds": float(aggregate.get("compute_seconds", 0.0)),
+        "secagg/unregistered_identities": len(routed.get("unregistered", [])),
+    }
+    return clients, aggregate
