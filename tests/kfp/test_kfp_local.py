@@ -84,6 +84,29 @@ def test_kfp_local_run_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
         run_kfp_local(kfp_job, QUIET)
 
 
+@pytest.mark.slow
+def test_one_compiled_file_runs_3_and_5_rounds_equal_to_the_local_engine(tmp_path: Path) -> None:
+    """The acceptance of runtime rounds: one family pipeline, compiled once, two job lengths."""
+    from fedtune.engines.kfp_local import run_job as run_kfp_file
+    from fedtune.pipelines.builder import compile_pipeline
+
+    pipeline = compile_pipeline("fedit", tmp_path / "fedit.yaml", None)
+    compiled = pipeline.read_text()
+    settings = {"training": {"local_steps": 1, "batch_size": 4, "lr": 0.01, "optimizer": "sgd"}}
+    for rounds in (3, 5):
+        local_job = two_tenant_job(tmp_path / f"local-{rounds}", rounds=rounds, **settings)
+        kfp_job = two_tenant_job(tmp_path / f"kfp-{rounds}", rounds=rounds, **settings)
+        expected = run_job(local_job, NullTracker(), QUIET)
+        got = run_kfp_file(kfp_job, QUIET, pipeline_file=pipeline)
+        a, b = final_state(local_job), final_state(kfp_job)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), (rounds, key)
+        assert [r["round"] for r in got["rounds"]] == list(range(1, rounds + 1))
+        assert got["final_eval"] == expected["final_eval"]
+    assert pipeline.read_text() == compiled
+
+
 FEDBIOT = {
     "rounds": 2,
     "model": {

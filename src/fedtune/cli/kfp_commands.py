@@ -51,12 +51,6 @@ def _cluster_settings(args: argparse.Namespace) -> Any:
 
 def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="path of the job YAML file")
-    p.add_argument(
-        "--start-round", type=int, default=1, metavar="N", help="first round of this run"
-    )
-    p.add_argument(
-        "--rounds", type=int, metavar="K", help="rounds in this run (default: to the job's end)"
-    )
     group = p.add_argument_group("cluster settings (defaults match the fedtune Helm chart)")
     group.add_argument(
         "--tenants-configmap",
@@ -76,29 +70,23 @@ def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
 
 
 # -- compile --------------------------------------------------------------------------------
-def compile_to(args: argparse.Namespace, output: Path) -> Any:
-    """Load, check and compile the job named by ``args``; return the pipeline plan."""
+def compile_to(args: argparse.Namespace, output: Path) -> JobConfig:
+    """Load, check and compile the job named by ``args``; return the job."""
     from fedtune.pipelines.compiling import compile_job
 
     job = load_job(args.job)
-    _, plan = compile_job(
-        job,
-        output,
-        start_round=args.start_round,
-        rounds=args.rounds,
-        settings=_cluster_settings(args),
-    )
-    return plan
+    compile_job(job, output, settings=_cluster_settings(args))
+    return job
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from fedtune.pipelines.plan import MAX_TASKS
+    from fedtune.pipelines.run_form import family_of
 
-    plan = compile_to(args, Path(args.output))
+    job = compile_to(args, Path(args.output))
     out.print(
-        f"[green]ok[/] {args.output}: rounds {plan.start_round}-{plan.end_round} of "
-        f"{plan.total_rounds}, {len(plan.tenants)} tenants, {plan.task_count()} tasks "
-        f"(bound {MAX_TASKS}); upload it in the KFP UI or run `fedtune submit`"
+        f"[green]ok[/] {args.output}: the {family_of(job.algorithm.name)} pipeline (any rounds "
+        f"and tenants), job {job.name} as its default; upload it in the KFP UI or run "
+        "`fedtune submit`"
     )
     return 0
 
@@ -108,9 +96,9 @@ def register_compile(sub: Any) -> None:
     p = sub.add_parser(
         "compile",
         help="compile a job's Kubeflow pipeline to YAML",
-        description="Write the job's pipeline (rounds unrolled, tenants as a ParallelFor) for "
-        "upload in the Kubeflow Pipelines UI. Runs above the size bound are refused with the "
-        "--start-round/--rounds split that fits; chained runs resume from stored state.",
+        description="Write the pipeline of the job's algorithm family for upload in the Kubeflow "
+        "Pipelines UI, the job as the run form's default. Rounds and tenants are decided when "
+        "a run starts, so one file serves any number of them.",
     )
     _add_pipeline_options(p)
     p.add_argument("-o", "--output", required=True, metavar="PIPELINE.yaml", help="output file")
@@ -149,7 +137,7 @@ def _submit(args: argparse.Namespace) -> int:
     check_reachable(args.host)  # first: seconds, not the minutes a kfp.Client retries for
     with tempfile.TemporaryDirectory(prefix="fedtune-submit-") as tmp:
         package = Path(tmp) / "pipeline.yaml"
-        plan = compile_to(args, package)
+        job = compile_to(args, package)
         import kfp
         import kfp_server_api
         import requests
@@ -168,7 +156,7 @@ def _submit(args: argparse.Namespace) -> int:
             run = client.create_run_from_pipeline_package(
                 str(package),
                 arguments={},
-                run_name=args.run_name or f"{plan.job}-r{plan.start_round}-{plan.end_round}",
+                run_name=args.run_name or job.name,
                 experiment_name=args.experiment,
                 namespace=args.namespace,
                 service_account=args.service_account,
@@ -180,7 +168,7 @@ def _submit(args: argparse.Namespace) -> int:
                 f"{str(exc).splitlines()[0] if str(exc) else ''}",
                 fix="Check --host, --namespace (your KFP profile) and that you may create runs.",
             ) from None
-    out.print(f"[green]submitted[/] run {run.run_id} of job {plan.job} to {args.host}")
+    out.print(f"[green]submitted[/] run {run.run_id} of job {job.name} to {args.host}")
     return 0
 
 
