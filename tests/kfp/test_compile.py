@@ -17,9 +17,8 @@ from fedtune.cli.kfp_commands import register_compile, register_submit
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.pipelines import catalog
-from fedtune.pipelines.builder import DEFAULT_CLUSTER, ClusterSettings
+from fedtune.pipelines.builder import DEFAULT_CLUSTER, ClusterSettings, compile_pipeline
 from fedtune.pipelines.compiling import compile_job
-from fedtune.pipelines.builder import compile_pipeline
 from fedtune.pipelines.run_form import FAMILIES
 from fedtune.pipelines.validate import validate_compiled
 from tests.kfp.conftest import cluster_job_dict, two_tenant_job
