@@ -251,3 +251,27 @@ def test_kfp_local_fedmkt_equals_the_local_engine_bitwise(tmp_path: Path) -> Non
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         for tenant, values in reference["tenants"].items():
             assert record["tenants"][tenant]["metrics"] == values["metrics"]
+
+
+@pytest.mark.slow
+def test_kfp_local_runs_a_parallelism_1_loop_one_iteration_at_a_time_in_order(
+    tmp_path: Path,
+) -> None:
+    """The platform fact the round loop leans on locally (the backend's order is not
+    documented, hence configure-round's first-open-round rule): iterations neither overlap
+    nor reorder."""
+    from kfp import local
+
+    from tests.kfp.ordered_loop import ordered
+
+    log = tmp_path / "log.txt"
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root")
+    )
+    printer = builtins.print
+    try:
+        ordered(log=str(log))
+    finally:
+        builtins.print = printer
+    events = [(kind, int(float(item))) for kind, item, _ in map(str.split, log.read_text().splitlines())]
+    assert events == [(kind, i) for i in (1, 2, 3, 4) for kind in ("start", "end")]
