@@ -22,10 +22,11 @@ def test_aggregates_and_records_the_round(tmp_path: Path) -> None:
     job_path = initialised(tmp_path, job, rounds_configured=1)
     updates = []
     for tenant in ("tenant-a", "tenant-b"):
-        client_step.component(str(job_path), 1, tenant, "run", str(tmp_path / tenant))
+        b1 = str(tmp_path / "artifacts" / "b1")
+        client_step.component(str(job_path), b1, tenant, "run", str(tmp_path / tenant))
         updates.append(str(tmp_path / tenant))
     aggregate.component(
-        str(job_path), 1, str(tmp_path / "artifacts" / "b1"), updates, str(tmp_path / "s1")
+        str(job_path), str(tmp_path / "artifacts" / "b1"), updates, str(tmp_path / "s1")
     )
     assert marker(tmp_path / "s1")["accepted"] == ["tenant-a", "tenant-b"]
     store = layout.JobStores(job).provider()
@@ -41,7 +42,6 @@ def test_a_marker_of_another_round_is_refused(
     with pytest.raises(SystemExit) as done:
         aggregate.component(
             str(job_path),
-            1,
             str(tmp_path / "artifacts" / "b1"),
             [str(tmp_path / "stray")],
             str(tmp_path / "s1"),

@@ -9,6 +9,7 @@ import pytest
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.entrypoints import common, server_init
+from fedtune.pipelines.run_form import RunForm
 from tests.kfp.component_checks import assert_folder_consistent, initialised, marker
 from tests.kfp.conftest import two_tenant_job
 
@@ -31,7 +32,10 @@ def test_a_malformed_job_config_exits_2_with_a_fix(
 ) -> None:
     with pytest.raises(SystemExit) as done:
         server_init.component(
-            '{"name": "Bad Name"}', "", str(tmp_path / "job"), str(tmp_path / "s")
+            RunForm(job_config='{"name": "Bad Name"}', kfp_run_id="run-1"),
+            "fedit",
+            str(tmp_path / "job"),
+            str(tmp_path / "s"),
         )
     assert done.value.code == 2
     assert "is not a DNS-1123 label" in capsys.readouterr().err

@@ -125,6 +125,7 @@ def test_images_name_the_pipeline_entrypoints() -> None:
             "configure_round",
             "client_step",
             "aggregate",
+            "close_rounds",
             "evaluate",
             "export_and_register",
         )

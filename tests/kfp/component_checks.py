@@ -11,10 +11,16 @@ import yaml
 from fedtune.config import JobConfig
 from fedtune.entrypoints import common, configure_round, server_init
 from fedtune.pipelines.catalog import repo_root
-from fedtune.pipelines.plan import plan_job
+from fedtune.pipelines.run_form import JOB_SCOPE, RunForm, family_of
 
 COMPONENTS_DIR = repo_root() / "components"
-_PARAMETER_TYPES = {"STRING": "String", "NUMBER_INTEGER": "Integer"}
+_PARAMETER_TYPES = {
+    "STRING": "String",
+    "NUMBER_INTEGER": "Integer",
+    "NUMBER_DOUBLE": "Float",
+    "BOOLEAN": "Boolean",
+    "LIST": "List",
+}
 
 
 def spec_interface(name: str) -> dict[str, dict[str, str]]:
@@ -28,8 +34,8 @@ def spec_interface(name: str) -> dict[str, dict[str, str]]:
             for k, v in section.get("parameters", {}).items()
         }
         for key, value in section.get("artifacts", {}).items():
-            assert value["artifactType"]["schemaTitle"] == "system.Artifact"
-            out[key] = "List[Artifact]" if value.get("isArtifactList") else "Artifact"
+            kind = value["artifactType"]["schemaTitle"].removeprefix("system.")
+            out[key] = f"List[{kind}]" if value.get("isArtifactList") else kind
         return out
 
     return {
@@ -61,8 +67,8 @@ def initialised(tmp_path: Path, job: JobConfig, rounds_configured: int = 0) -> P
     """Run server init (and configure rounds 1..n) through the component bodies; return the job artifact."""
     job_path = tmp_path / "artifacts" / "job"
     server_init.component(
-        json.dumps(job.model_dump(mode="json")),
-        plan_job(job).to_json(),
+        RunForm(job_config=json.dumps(job.model_dump(mode="json")), resume_run_id=JOB_SCOPE),
+        family_of(job.algorithm.name),
         str(job_path),
         str(tmp_path / "artifacts" / "state-0"),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from pathlib import Path
@@ -17,9 +18,9 @@ from fedtune.cli.submit import register_submit
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.pipelines import catalog
-from fedtune.pipelines.builder import DEFAULT_CLUSTER, ClusterSettings
+from fedtune.pipelines.builder import DEFAULT_CLUSTER, ClusterSettings, compile_pipeline
 from fedtune.pipelines.compiling import compile_job
-from fedtune.pipelines.plan import MAX_TASKS, plan_job
+from fedtune.pipelines.run_form import FAMILIES
 from fedtune.pipelines.validate import validate_compiled
 from tests.kfp.conftest import cluster_job_dict, two_tenant_job
 
@@ -33,12 +34,12 @@ def test_committed_compiled_files_are_up_to_date() -> None:
     assert stale == [], f"run `python -m fedtune.pipelines.catalog --write`; stale: {stale}"
 
 
-def test_one_committed_pipeline_per_available_family_and_eight_components() -> None:
+def test_one_committed_pipeline_per_family_and_nine_components() -> None:
     assert [p.stem for p in COMMITTED] == sorted(
         p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml")
     )
-    assert "fedit" in [p.stem for p in COMMITTED]
-    assert len(COMPONENT_SPECS) == 8
+    assert [p.stem for p in COMMITTED] == sorted(FAMILIES)
+    assert len(COMPONENT_SPECS) == 9
 
 
 @pytest.mark.parametrize(
@@ -77,45 +78,142 @@ def compiled(
 
 
 def all_tasks(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every task of the pipeline: the root DAG's and every sub-DAG's (loops, conditions,
+    the nested round pipeline)."""
     out = [(n, t) for n, t in spec["root"]["dag"]["tasks"].items()]
     for comp in spec["components"].values():
         out += list((comp.get("dag") or {}).get("tasks", {}).items())
     return out
 
 
-def test_rounds_are_unrolled_and_tenants_are_a_parallel_for(tmp_path: Path) -> None:
+def loop_over(spec: dict[str, Any], output: str) -> dict[str, Any]:
+    """The ParallelFor task whose items are the task output ``output``."""
+    (loop,) = [
+        t
+        for _, t in all_tasks(spec)
+        if t.get("parameterIterator", {}).get("items", {}).get("inputParameter", "").endswith(output)
+    ]
+    return loop
+
+
+def test_rounds_are_a_sequential_runtime_loop_and_tenants_a_runtime_fan_out(
+    tmp_path: Path,
+) -> None:
     spec = compiled(tmp_path, rounds=3)["spec"]
-    root = spec["root"]["dag"]["tasks"]
-    rounds = sorted(n for n in root if n.startswith("fedtune-round"))
-    assert rounds == ["fedtune-round", "fedtune-round-2", "fedtune-round-3"]
-    assert [root[n]["taskInfo"]["name"] for n in rounds] == ["round 1", "round 2", "round 3"]
-    for name in rounds:
-        inputs = root[name]["inputs"]["parameters"]
-        assert inputs["tenants"]["runtimeValue"]["constant"] == ["tenant-a", "tenant-b"]
-    loops = [t for _, t in all_tasks(spec) if "parameterIterator" in t]
-    assert len(loops) == 3 + 1  # one per round, one for the final evaluation
-    assert {"server-init", "export-and-register"} <= set(root)
+    assert loop_over(spec, "server-init-Output")["iteratorPolicy"] == {"parallelismLimit": 1}
+    assert "iteratorPolicy" not in loop_over(spec, "configure-round-Output")  # in parallel
+    # Nothing about the job's rounds or tenants is a constant of the graph.
+    graph = yaml.safe_dump(spec["root"]["dag"]) + yaml.safe_dump(spec["components"])
+    assert "tenant-a" not in graph and "tenant-b" not in graph
 
 
-def test_side_effecting_steps_are_uncached_and_tenant_steps_retry(tmp_path: Path) -> None:
+def test_the_compiled_yaml_is_the_same_for_2_and_200_rounds_and_any_tenants(
+    tmp_path: Path,
+) -> None:
+    texts = set()
+    for rounds, tenants in ((2, "ab"), (200, "abc")):
+        job = parse_job(
+            cluster_job_dict(
+                rounds=rounds,
+                tenants=[
+                    {"name": f"t-{x}", "data_uri": f"s3://d/{x}.jsonl", "store_uri": f"s3://d/{x}"}
+                    for x in tenants
+                ],
+            )
+        )
+        path, family = compile_job(job, tmp_path / f"{rounds}.yaml")
+        assert family == "fedit"
+        family_file = compile_pipeline(family, tmp_path / f"family-{rounds}.yaml", DEFAULT_CLUSTER)
+        texts.add(family_file.read_text())
+        # With the job as the run form's default, that default is all that differs.
+        docs = list(yaml.safe_load_all(path.read_text()))
+        form = docs[0]["root"]["inputDefinitions"]["parameters"]["job_config"]
+        assert json.loads(form.pop("defaultValue"))["rounds"] == rounds
+        family_docs = list(yaml.safe_load_all(family_file.read_text()))
+        family_docs[0]["root"]["inputDefinitions"]["parameters"]["job_config"].pop("defaultValue")
+        assert docs == family_docs
+    assert len(texts) == 1
+
+
+def test_every_task_including_sub_dags_is_uncached(tmp_path: Path) -> None:
     spec = compiled(tmp_path)["spec"]
-    executed = [
-        (n, t)
+    tasks = all_tasks(spec)
+    sub_dags = [n for n, t in tasks if spec["components"][t["componentRef"]["name"]].get("dag")]
+    assert any(n.startswith("fedtune-round") for n in sub_dags)  # the nested round pipeline
+    assert any(n.startswith("condition") for n in sub_dags) and any(
+        n.startswith("for-loop") for n in sub_dags
+    )
+    for name, task in tasks:
+        caching = task.get("cachingOptions")
+        if name.startswith(("for-loop", "condition")):
+            # Loops and conditions are not executed: KFP has nothing to cache for them.
+            assert not (caching or {}).get("enableCache"), name
+            continue
+        assert caching is not None and not caching.get("enableCache"), name
+
+
+def test_models_metrics_and_the_round_table_are_typed_artifacts(tmp_path: Path) -> None:
+    spec = compiled(tmp_path)["spec"]
+
+    def outputs(component: str) -> dict[str, str]:
+        arts = spec["components"][f"comp-{component}"]["outputDefinitions"]["artifacts"]
+        return {k: v["artifactType"]["schemaTitle"] for k, v in arts.items()}
+
+    assert outputs("export-and-register") == {
+        "model": "system.Model",
+        "companion": "system.Model",
+        "final_metrics": "system.Metrics",
+        "artifacts": "system.Artifact",
+    }
+    assert outputs("aggregate")["metrics"] == "system.Metrics"
+    assert outputs("evaluate")["metrics"] == "system.Metrics"
+    assert outputs("close-rounds")["rounds_table"] == "system.Markdown"
+    assert outputs("close-rounds")["metrics"] == "system.Metrics"
+
+
+FORM = {
+    "job_uri": "STRING",
+    "job_config": "STRING",
+    "rounds": "NUMBER_INTEGER",
+    "clients_per_round": "NUMBER_INTEGER",
+    "lr": "NUMBER_DOUBLE",
+    "local_steps": "NUMBER_INTEGER",
+    "seed": "NUMBER_INTEGER",
+    "run_label": "STRING",
+    "resume_run_id": "STRING",
+    "stop_after_round": "NUMBER_INTEGER",
+}
+
+
+def test_the_run_form_has_typed_described_parameters(tmp_path: Path) -> None:
+    spec = compiled(tmp_path)["spec"]
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert {k: v["parameterType"] for k, v in params.items()} == FORM
+    for name, param in params.items():
+        assert len(param.get("description", "")) > 20, name
+        assert param.get("isOptional") is True, name  # every field has a default
+    description = spec["pipelineInfo"]["description"]
+    assert "creating a run again trains again" in description
+    assert "fedavg, fedprox, scaffold" in description
+    # The run's id reaches server init: state is scoped to the run by default.
+    init = spec["root"]["dag"]["tasks"]["server-init"]["inputs"]["parameters"]
+    assert init["kfp_run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+
+
+def test_tenant_steps_retry_and_provider_steps_do_not(tmp_path: Path) -> None:
+    spec = compiled(tmp_path)["spec"]
+    executed = {
+        n: t
         for n, t in all_tasks(spec)
         if spec["components"][t["componentRef"]["name"]].get("executorLabel")
-    ]
-    assert {n for n, _ in executed} == {
-        "server-init",
-        "configure-round",
-        "client-step",
-        "aggregate",
-        "evaluate",
-        "export-and-register",
     }
-    for name, task in executed:
-        assert not task["cachingOptions"].get("enableCache"), name
+    assert set(executed) == {
+        "server-init", "configure-round", "client-step", "aggregate", "close-rounds",
+        "evaluate", "export-and-register", "audit", "record-audit",
+    }
+    for name, task in executed.items():
         retries = task.get("retryPolicy", {}).get("maxRetryCount", 0)
-        assert retries == (2 if name in ("client-step", "evaluate") else 0), name
+        assert retries == (2 if name in ("client-step", "evaluate", "audit") else 0), name
 
 
 def test_images_carry_the_package_version_and_nothing_is_installed(tmp_path: Path) -> None:
@@ -151,64 +249,15 @@ def test_cluster_settings_reach_the_right_tasks_and_no_secret_value_is_compiled(
     assert env["FEDTUNE_TENANTS_FILE"] == "/etc/fedtune/tenants.json"
 
 
-def test_the_job_config_parameter_is_described_for_the_ui_form(tmp_path: Path) -> None:
+def test_the_job_config_parameter_defaults_to_the_compiled_job(tmp_path: Path) -> None:
     spec = compiled(tmp_path)["spec"]
     param = spec["root"]["inputDefinitions"]["parameters"]["job_config"]
-    assert "job config as JSON" in param["description"]
+    assert "job as JSON" in param["description"]
     assert parse_job(yaml.safe_load(param["defaultValue"])).name == "fedit"
-    assert "rounds 1-2 of 2" in spec["pipelineInfo"]["description"]
 
 
 def test_kfp_local_form_has_no_platform_spec(tmp_path: Path) -> None:
     assert compiled(tmp_path, settings=None)["platform"] is None
-
-
-# -- size bound ------------------------------------------------------------------------------
-def test_task_count_follows_the_documented_rule(tmp_path: Path) -> None:
-    plan = plan_job(two_tenant_job(tmp_path, rounds=2))
-    # init + 2 x (round, configure, loop, 2 x (iteration, client), aggregate) + loop + 2 x 2 + export
-    assert plan.task_count() == 1 + 2 * (4 + 4) + (2 + 4)
-    assert plan_job(two_tenant_job(tmp_path, rounds=2), rounds=1).task_count() == 1 + 8
-
-
-def test_a_job_too_large_for_one_run_is_refused_with_a_split_that_fits(tmp_path: Path) -> None:
-    job = parse_job(cluster_job_dict(rounds=20))
-    with pytest.raises(ConfigError, match=rf"above the bound of {MAX_TASKS}") as info:
-        compile_job(job, tmp_path / "p.yaml")
-    fix = info.value.fix
-    match = re.search(r"--start-round 1 --rounds (\d+)", fix)
-    assert match and "resumes from the server state" in fix
-    k = int(match.group(1))
-    compile_job(job, tmp_path / "first.yaml", rounds=k)  # the advice works
-    with pytest.raises(ConfigError):
-        compile_job(job, tmp_path / "more.yaml", rounds=k + 1)
-    compile_job(job, tmp_path / "last.yaml", start_round=20 - 2, rounds=3)
-    assert not (tmp_path / "p.yaml").exists()
-
-
-def test_too_many_tenants_for_even_one_round_says_to_sample_fewer(tmp_path: Path) -> None:
-    tenants = [
-        {"name": f"t{i}", "data_uri": f"s3://d/t{i}.jsonl", "store_uri": f"s3://d/s{i}"}
-        for i in range(30)
-    ]
-    with pytest.raises(ConfigError, match="unrolls to") as info:
-        compile_job(parse_job(cluster_job_dict(tenants=tenants, rounds=1)), tmp_path / "p.yaml")
-    assert "clients_per_round" in info.value.fix
-
-
-@pytest.mark.parametrize(
-    ("start", "rounds", "message"),
-    [
-        (0, None, "--start-round 0 is outside"),
-        (3, None, "--start-round 3 is outside"),
-        (1, 5, "--rounds 5"),
-    ],
-)
-def test_round_ranges_outside_the_job_are_refused(
-    start: int, rounds: int | None, message: str
-) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        plan_job(parse_job(cluster_job_dict()), start, rounds)
 
 
 def test_a_laptop_job_cannot_be_compiled_for_a_cluster_and_every_problem_is_listed(
@@ -247,8 +296,6 @@ def test_fedtune_compile_writes_a_valid_pipeline(tmp_path: Path) -> None:
             str(ROOT / "pipelines/jobs/fedit.yaml"),
             "-o",
             str(tmp_path / "out.yaml"),
-            "--rounds",
-            "2",
         ]
     )
     assert args.handler(args) == 0
@@ -282,25 +329,17 @@ def test_fedtune_submit_refuses_bad_input(extra: list[str], message: str) -> Non
         args.handler(args)
 
 
-def test_an_audited_job_audits_through_the_launcher_after_export(tmp_path: Path) -> None:
-    out = compiled(tmp_path, audit={"enabled": True, "tenants": ["tenant-b"]})
+def test_the_audit_runs_after_export_under_runtime_conditions(tmp_path: Path) -> None:
+    out = compiled(tmp_path)
     spec = out["spec"]
-    tasks = dict(all_tasks(spec))
-    assert tasks["audit"]["retryPolicy"]["maxRetryCount"] == 2
-    assert "record-audit" in spec["root"]["dag"]["tasks"]
-    loops = [t["parameterIterator"]["items"]["raw"] for _, t in all_tasks(spec)
-             if "raw" in t.get("parameterIterator", {}).get("items", {})]
-    assert loops[-2:] == ['["tenant-a", "tenant-b"]', '["tenant-b"]']  # evaluate, then audit
+    conditions = [
+        t["triggerPolicy"]["condition"] for _, t in all_tasks(spec) if "triggerPolicy" in t
+    ]
+    assert any("close-rounds-Output" in c for c in conditions)  # job complete
+    assert any("export-and-register-Output" in c for c in conditions)  # audit on
+    assert "iteratorPolicy" not in loop_over(spec, "export-and-register-audited")
     executors = out["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert [m["configMapName"] for m in executors["exec-audit"]["configMapAsVolume"]] == [
         "fedtune-tenants"
     ]
     assert "configMapAsVolume" not in executors["exec-record-audit"]
-    plan = plan_job(parse_job(cluster_job_dict(audit={"enabled": True})))
-    assert plan.task_count() == plan_job(parse_job(cluster_job_dict())).task_count() + 2 + 2 * 2
-
-
-def test_a_run_whose_audit_settings_differ_from_the_compiled_plan_is_refused() -> None:
-    plan = plan_job(parse_job(cluster_job_dict(audit={"enabled": True})))
-    problems = plan.mismatches(parse_job(cluster_job_dict()))
-    assert problems and "memorization audit" in problems[0]

@@ -18,7 +18,7 @@ from fedtune.entrypoints import (
     export_and_register,
     server_init,
 )
-from fedtune.pipelines.plan import plan_job
+from fedtune.pipelines.run_form import JOB_SCOPE, RunForm
 from tests.integration.conftest import copy_data
 from tests.kfp.conftest import two_tenant_dict, two_tenant_job
 
@@ -39,18 +39,17 @@ def test_steps_chain_through_markers_like_the_pipeline(tmp_path: Path) -> None:
     paths = {
         n: tmp_path / "artifacts" / n for n in ("state0", "b1", "ua", "ub", "s1", "ma", "mb", "x")
     }
-    plan = plan_job(job).to_json()
-    server_init.component(
-        json.dumps(job.model_dump(mode="json")), plan, str(job_path), str(paths["state0"])
-    )
+    form = RunForm(job_config=json.dumps(job.model_dump(mode="json")), resume_run_id=JOB_SCOPE)
+    assert server_init.component(form, "fedit", str(job_path), str(paths["state0"])) == [1]
     assert common.read_job_artifact(job_path) == job
-    configure_round.component(str(job_path), 1, str(paths["b1"]))
-    client_step.component(str(job_path), 1, "tenant-a", "run", str(paths["ua"]))
-    client_step.component(str(job_path), 1, "tenant-b", "run", str(paths["ub"]))
+    sampled = configure_round.component(str(job_path), 1, str(paths["b1"]))
+    assert sampled == ["tenant-a", "tenant-b"]
+    client_step.component(str(job_path), str(paths["b1"]), "tenant-a", "run", str(paths["ua"]))
+    client_step.component(str(job_path), str(paths["b1"]), "tenant-b", "run", str(paths["ub"]))
     marker = common.read_marker(paths["ua"])
     assert marker["ok"] and marker["result"]["meta"]["num_samples"] > 0
     aggregate.component(
-        str(job_path), 1, str(paths["b1"]), [str(paths["ua"]), str(paths["ub"])], str(paths["s1"])
+        str(job_path), str(paths["b1"]), [str(paths["ua"]), str(paths["ub"])], str(paths["s1"])
     )
     store = layout.JobStores(job).provider()
     record = store.get_json(layout.summary_key(1))
@@ -91,25 +90,10 @@ def test_a_tenants_failure_costs_its_update_and_the_quorum_decides(
         markers.append(str(tmp_path / name))
     common.write_marker(tmp_path / "b1", broadcast)
     with pytest.raises(SystemExit) as done:
-        aggregate.component(str(job_path), 1, str(tmp_path / "b1"), markers, str(tmp_path / "s1"))
+        aggregate.component(str(job_path), str(tmp_path / "b1"), markers, str(tmp_path / "s1"))
     assert done.value.code == 7
     err = capsys.readouterr().err
     assert "fewer than min_clients=2" in err and "tenant-b: client step failed" in err
-
-
-def test_server_init_refuses_a_job_edited_beyond_the_compiled_shape(tmp_path: Path) -> None:
-    compiled = plan_job(two_tenant_job(tmp_path / "w"))
-    edited = two_tenant_job(tmp_path / "w", rounds=3)
-    with pytest.raises(ConfigError, match="rounds is 3, compiled for 1") as info:
-        server_init.run(edited, compiled)
-    assert "fedtune compile" in info.value.fix
-
-
-def test_a_chained_run_needs_the_state_of_the_round_before_it(tmp_path: Path) -> None:
-    job = two_tenant_job(tmp_path / "w", rounds=4)
-    with pytest.raises(ConfigError, match="holds no server state of round 2") as info:
-        server_init.run(job, plan_job(job, start_round=3))
-    assert "Run rounds 1-2 first" in info.value.fix
 
 
 def test_resuming_with_a_changed_job_is_refused(tmp_path: Path) -> None:

@@ -84,6 +84,29 @@ def test_kfp_local_run_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
         run_kfp_local(kfp_job, QUIET)
 
 
+@pytest.mark.slow
+def test_one_compiled_file_runs_3_and_5_rounds_equal_to_the_local_engine(tmp_path: Path) -> None:
+    """The acceptance of runtime rounds: one family pipeline, compiled once, two job lengths."""
+    from fedtune.engines.kfp_local import run_job as run_kfp_file
+    from fedtune.pipelines.builder import compile_pipeline
+
+    pipeline = compile_pipeline("fedit", tmp_path / "fedit.yaml", None)
+    compiled = pipeline.read_text()
+    settings = {"training": {"local_steps": 1, "batch_size": 4, "lr": 0.01, "optimizer": "sgd"}}
+    for rounds in (3, 5):
+        local_job = two_tenant_job(tmp_path / f"local-{rounds}", rounds=rounds, **settings)
+        kfp_job = two_tenant_job(tmp_path / f"kfp-{rounds}", rounds=rounds, **settings)
+        expected = run_job(local_job, NullTracker(), QUIET)
+        got = run_kfp_file(kfp_job, QUIET, pipeline_file=pipeline)
+        a, b = final_state(local_job), final_state(kfp_job)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), (rounds, key)
+        assert [r["round"] for r in got["rounds"]] == list(range(1, rounds + 1))
+        assert got["final_eval"] == expected["final_eval"]
+    assert pipeline.read_text() == compiled
+
+
 FEDBIOT = {
     "rounds": 2,
     "model": {
@@ -228,3 +251,27 @@ def test_kfp_local_fedmkt_equals_the_local_engine_bitwise(tmp_path: Path) -> Non
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         for tenant, values in reference["tenants"].items():
             assert record["tenants"][tenant]["metrics"] == values["metrics"]
+
+
+@pytest.mark.slow
+def test_kfp_local_runs_a_parallelism_1_loop_one_iteration_at_a_time_in_order(
+    tmp_path: Path,
+) -> None:
+    """The platform fact the round loop leans on locally (the backend's order is not
+    documented, hence configure-round's first-open-round rule): iterations neither overlap
+    nor reorder."""
+    from kfp import local
+
+    from tests.kfp.ordered_loop import ordered
+
+    log = tmp_path / "log.txt"
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root")
+    )
+    printer = builtins.print
+    try:
+        ordered(log=str(log))
+    finally:
+        builtins.print = printer
+    events = [(kind, int(float(item))) for kind, item, _ in map(str.split, log.read_text().splitlines())]
+    assert events == [(kind, i) for i in (1, 2, 3, 4) for kind in ("start", "end")]

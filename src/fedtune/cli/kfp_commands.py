@@ -48,12 +48,6 @@ def _cluster_settings(args: argparse.Namespace) -> Any:
 def add_pipeline_options(p: argparse.ArgumentParser) -> None:
     """The job, its round range and the cluster settings (``compile`` and ``submit``)."""
     p.add_argument("job", help="path of the job YAML file")
-    p.add_argument(
-        "--start-round", type=int, default=1, metavar="N", help="first round of this run"
-    )
-    p.add_argument(
-        "--rounds", type=int, metavar="K", help="rounds in this run (default: to the job's end)"
-    )
     group = p.add_argument_group("cluster settings (defaults match the fedtune Helm chart)")
     group.add_argument(
         "--tenants-configmap",
@@ -89,29 +83,23 @@ def add_pipeline_options(p: argparse.ArgumentParser) -> None:
 
 
 # -- compile --------------------------------------------------------------------------------
-def compile_to(args: argparse.Namespace, output: Path) -> Any:
-    """Load, check and compile the job named by ``args``; return the pipeline plan."""
+def compile_to(args: argparse.Namespace, output: Path) -> JobConfig:
+    """Load, check and compile the job named by ``args``; return the job."""
     from fedtune.pipelines.compiling import compile_job
 
     job = load_job(args.job)
-    _, plan = compile_job(
-        job,
-        output,
-        start_round=args.start_round,
-        rounds=args.rounds,
-        settings=_cluster_settings(args),
-    )
-    return plan
+    compile_job(job, output, settings=_cluster_settings(args))
+    return job
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from fedtune.pipelines.plan import MAX_TASKS
+    from fedtune.pipelines.run_form import family_of
 
-    plan = compile_to(args, Path(args.output))
+    job = compile_to(args, Path(args.output))
     out.print(
-        f"[green]ok[/] {args.output}: rounds {plan.start_round}-{plan.end_round} of "
-        f"{plan.total_rounds}, {len(plan.tenants)} tenants, {plan.task_count()} tasks "
-        f"(bound {MAX_TASKS}); upload it in the KFP UI or run `fedtune submit`"
+        f"[green]ok[/] {args.output}: the {family_of(job.algorithm.name)} pipeline (any rounds "
+        f"and tenants), job {job.name} as its default; upload it in the KFP UI or run "
+        "`fedtune submit`"
     )
     return 0
 
@@ -121,9 +109,9 @@ def register_compile(sub: Any) -> None:
     p = sub.add_parser(
         "compile",
         help="compile a job's Kubeflow pipeline to YAML",
-        description="Write the job's pipeline (rounds unrolled, tenants as a ParallelFor) for "
-        "upload in the Kubeflow Pipelines UI. Runs above the size bound are refused with the "
-        "--start-round/--rounds split that fits; chained runs resume from stored state.",
+        description="Write the pipeline of the job's algorithm family for upload in the Kubeflow "
+        "Pipelines UI, the job as the run form's default. Rounds and tenants are decided when "
+        "a run starts, so one file serves any number of them.",
     )
     add_pipeline_options(p)
     p.add_argument("-o", "--output", required=True, metavar="PIPELINE.yaml", help="output file")

@@ -249,9 +249,9 @@ def _submit(args: argparse.Namespace) -> int:
     check_signed_in(args.host, token, cookie)
     with tempfile.TemporaryDirectory(prefix="fedtune-submit-") as tmp:
         package = Path(tmp) / "pipeline.yaml"
-        plan = compile_to(args, package)
+        job = compile_to(args, package)
         params = parse_params(args.param, pipeline_parameters(package))
-        name = args.run_name or f"{plan.job}-r{plan.start_round}-{plan.end_round}"
+        name = args.run_name or job.name
         import kfp_server_api
         import requests
         import urllib3
@@ -270,7 +270,7 @@ def _submit(args: argparse.Namespace) -> int:
             source: dict[str, Any] = {"pipeline_package_path": str(package)}
             where = ""
             if args.pipeline:
-                version = args.pipeline_version or f"{plan.job}-{time.strftime('%Y%m%d-%H%M%S')}"
+                version = args.pipeline_version or f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
                 pipeline_id, version_id = _upload_version(
                     client, package, args.pipeline, version, args.namespace
                 )
@@ -306,7 +306,7 @@ def _submit(args: argparse.Namespace) -> int:
                 fix="Check --host, --namespace (your KFP profile) and that you may create "
                 "pipelines and runs there.",
             ) from None
-    out.print(f"[green]submitted[/] {done} of job {plan.job} to {args.host}{where}")
+    out.print(f"[green]submitted[/] {done} of job {job.name} to {args.host}{where}")
     return 0
 
 

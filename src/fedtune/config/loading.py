@@ -142,16 +142,21 @@ def load_job(path: str | Path) -> JobConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read job file {str(path)!r}: {exc}") from None
+    return parse_job_text(text, base_dir=path.resolve().parent, source=str(path))
+
+
+def parse_job_text(text: str, *, base_dir: Path | None = None, source: str = "<job>") -> JobConfig:
+    """Validate a job given as YAML (or JSON) text, e.g. a job file read from a bucket."""
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}", fix=exc.fix) from None
+        raise ConfigError(f"{source}: {exc}", fix=exc.fix) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(
-            f"{path}: malformed YAML{where}: {problem}",
+            f"{source}: malformed YAML{where}: {problem}",
             fix="Fix the YAML syntax there (indentation, a missing ':' or an unclosed quote).",
         ) from None
-    return parse_job(raw, base_dir=path.resolve().parent, source=str(path))
+    return parse_job(raw, base_dir=base_dir, source=source)

@@ -1,16 +1,20 @@
-"""The kfp-local engine: compile the job's pipeline and run it with ``kfp.local``.
+"""The kfp-local engine: run the job's family pipeline with ``kfp.local``.
 
 The very components that run on a cluster run here, each task a subprocess of this Python
-(``SubprocessRunner(use_venv=False)``: nothing is installed, nothing downloaded). Outside a
-cluster the tenant launcher runs tenant steps in-process, and the stores are the job's local
-folders, so a kfp-local run leaves exactly the stored state of a local-engine run and ends
-with the same summary structure. Resuming works the same way: the pipeline starts at the
-first round whose state and record are not stored yet, and every step skips stored output.
+(``SubprocessRunner(use_venv=False)``: nothing is installed, nothing downloaded), from the
+same compiled family pipeline a cluster gets, the job passed as its ``job_config`` argument.
+Outside a cluster the tenant launcher runs tenant steps in-process, and the stores are the
+job's local folders; the run keeps its state under the job's name (``resume_run_id`` =
+:data:`~fedtune.pipelines.run_form.JOB_SCOPE`), so a kfp-local run leaves exactly the stored
+state of a local-engine run and ends with the same summary structure. Resuming works the same
+way: the round loop starts at the first round whose state and record are not stored yet, and
+every step skips stored output.
 """
 
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import os
 import re
@@ -23,11 +27,9 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.core.messages import ServerState
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, discard_stored_run, preflight
 from fedtune.engines.summary import RoundRecord, build_summary
-from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +51,6 @@ def _prepare(env: steps.ProviderEnv, options: RunOptions) -> None:
     # With --resume the server-init task checks that the job did not change.
 
 
-def _first_open_round(store: Store, last: int) -> int:
-    """The first round up to ``last`` not yet completed (``last`` when all are)."""
-    for round_index in range(1, last + 1):
-        done = store.exists(layout.summary_key(round_index)) and ServerState.stored(
-            store, layout.state_key(round_index)
-        )
-        if not done:
-            return round_index
-    return last
-
-
 @contextmanager
 def _importable_package() -> Iterator[None]:
     """Make sure task subprocesses import this very fedtune (also from a source tree)."""
@@ -77,7 +68,7 @@ def _importable_package() -> Iterator[None]:
             os.environ["PYTHONPATH"] = previous
 
 
-def _execute(pipeline_yaml: Path, pipeline_root: Path) -> None:
+def _execute(pipeline_yaml: Path, pipeline_root: Path, arguments: dict[str, Any]) -> None:
     """Run a compiled pipeline with kfp.local's subprocess runner."""
     from kfp import components, local
 
@@ -95,7 +86,7 @@ def _execute(pipeline_yaml: Path, pipeline_root: Path) -> None:
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
         try:
-            pipeline()
+            pipeline(**arguments)
         except RuntimeError as exc:
             raise FedtuneError(
                 f"the kfp-local pipeline failed: {_ANSI.sub('', str(exc))}",
@@ -106,16 +97,19 @@ def _execute(pipeline_yaml: Path, pipeline_root: Path) -> None:
             builtins.print = saved_print
 
 
-def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]:
-    """Run (or resume) a job through its compiled pipeline; return the run summary.
+def run_job(
+    job: JobConfig, options: RunOptions | None = None, pipeline_file: Path | None = None
+) -> dict[str, Any]:
+    """Run (or resume) a job through its family pipeline; return the run summary.
 
+    ``pipeline_file`` is a compiled family pipeline to run (default: compile one now).
     Tracking happens inside the tasks (server init starts or resumes the MLflow run recorded
     in the provider store, aggregate logs each round, export registers and closes it).
     """
     from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
     from fedtune.entrypoints.server_init import initial_run_info
     from fedtune.pipelines.builder import compile_pipeline
-    from fedtune.pipelines.plan import plan_job
+    from fedtune.pipelines.run_form import JOB_SCOPE, family_of
 
     from fedtune.engines.secagg_steps import refuse_pipeline
 
@@ -126,12 +120,17 @@ def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]
     _prepare(env, options)
     preflight(steps.TenantEnvs(job))
     last = min(job.rounds, options.until_round or job.rounds)
-    start = _first_open_round(store, last)
-    plan = plan_job(job, start, last - start + 1)
-    log.info("kfp-local: job %s, rounds %d-%d, %d tasks", job.name, start, last, plan.task_count())
+    arguments = {
+        "job_config": json.dumps(job.model_dump(mode="json"), sort_keys=True),
+        "resume_run_id": JOB_SCOPE,
+        "stop_after_round": last if last < job.rounds else 0,
+    }
+    log.info("kfp-local: job %s, rounds up to %d", job.name, last)
     with tempfile.TemporaryDirectory(prefix="fedtune-kfp-") as tmp:
-        pipeline_yaml = compile_pipeline(job, plan, Path(tmp) / "pipeline.yaml", None)
-        _execute(pipeline_yaml, env.stores.workdir / "kfp-local" / job.name)
+        if pipeline_file is None:
+            family = family_of(job.algorithm.name)
+            pipeline_file = compile_pipeline(family, Path(tmp) / "pipeline.yaml", None)
+        _execute(pipeline_file, env.stores.workdir / "kfp-local" / job.name, arguments)
     records = [
         RoundRecord.from_json(store.get_json(layout.summary_key(r))) for r in range(1, last + 1)
     ]

@@ -56,7 +56,8 @@ def run(
     sampled = steps.sample_clients(job, round_index)
     summary_key = layout.summary_key(round_index)
     if store.exists(summary_key) and ServerState.stored(store, layout.state_key(round_index)):
-        return {"round": round_index, "skipped": True}  # completed by an earlier run
+        record = RoundRecord.from_json(store.get_json(summary_key))  # completed by an earlier run
+        return {"round": round_index, "skipped": True, "metrics": record.metrics()}
     clients, failed = _split(client_markers, round_index, sampled)
     aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
     started_at = configure.get("started_at")
@@ -67,19 +68,30 @@ def run(
     store.put_json(summary_key, record.to_json())
     run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
     common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
-    return {"round": round_index, "accepted": record.accepted, "rejected": record.rejected}
+    return {
+        "round": round_index,
+        "accepted": record.accepted,
+        "rejected": record.rejected,
+        "metrics": record.metrics(),
+    }
 
 
 def component(
-    job_path: str, round_index: int, broadcast_path: str, update_paths: list[str], state_path: str
+    job_path: str,
+    broadcast_path: str,
+    update_paths: list[str],
+    state_path: str,
+    metrics: common.MetricsSink | None = None,
 ) -> None:
-    """Body of the ``aggregate`` KFP component."""
+    """Body of the ``aggregate`` KFP component (the round is the broadcast's)."""
 
     def body() -> None:
         job = common.read_job_artifact(job_path)
+        broadcast = common.read_marker(broadcast_path)
         markers = [common.read_marker(p) for p in update_paths]
-        result = run(job, int(round_index), common.read_marker(broadcast_path), markers)
+        result = run(job, int(broadcast["round"]), broadcast, markers)
         common.write_marker(state_path, result)
+        common.log_metrics(metrics, {"round": result["round"], **result["metrics"]})
 
     common.setup_logging()
     common.guarded(body)

@@ -42,15 +42,16 @@ def run(job: JobConfig, round_index: int, tenant: str, run_key: str = "") -> dic
     return {**marker, "ok": True, "result": result}
 
 
-def component(job_path: str, round_index: int, tenant: str, run_key: str, update_path: str) -> None:
-    """Body of the ``client-step`` KFP component."""
+def component(job_path: str, broadcast_path: str, tenant: str, run_key: str, update_path: str) -> None:
+    """Body of the ``client-step`` KFP component (the round is the broadcast's)."""
+
+    def body() -> None:
+        round_index = int(common.read_marker(broadcast_path)["round"])
+        job = common.read_job_artifact(job_path)
+        common.write_marker(update_path, run(job, round_index, tenant, run_key))
+
     common.setup_logging()
-    common.guarded(
-        lambda: common.write_marker(
-            update_path,
-            run(common.read_job_artifact(job_path), int(round_index), tenant, run_key),
-        )
-    )
+    common.guarded(body)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

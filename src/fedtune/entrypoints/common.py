@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from fedtune.config import load_job, parse_job
 from fedtune.config.job import JobConfig
@@ -91,6 +91,23 @@ def read_marker(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FedtuneError(f"marker at {str(path)!r} is not a JSON object: {data!r}")
     return data
+
+
+class MetricsSink(Protocol):
+    """What a component body hands over for metrics: a KFP ``dsl.Metrics`` output."""
+
+    def log_metric(self, metric: str, value: float) -> None: ...
+
+
+def log_metrics(sink: MetricsSink | None, values: dict[str, Any]) -> None:
+    """Log every finite number of ``values`` to ``sink`` (a run page's Metrics), sorted."""
+    if sink is None:
+        return
+    for name, value in sorted(values.items()):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if value == value and abs(value) != float("inf"):
+            sink.log_metric(name, float(value))
 
 
 def resume_tracker(job: JobConfig, run_id: str | None) -> Tracker:

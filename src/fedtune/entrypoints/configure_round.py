@@ -1,18 +1,27 @@
 """Provider, start of a round: write the round's broadcast from the previous server state.
 
 ``python -m fedtune.entrypoints.configure_round --job JOB.yaml --round N``
+
+In a pipeline the round loop's iteration only proposes a round (its *slot*): the step trains
+the first round whose state and record are not stored yet. KFP runs the loop with
+``parallelism=1`` but does not promise the iterations' order, so this keeps rounds in order
+whatever order they run in, and a resumed run picks up where the stored state ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import steps
+from fedtune.core.messages import ServerState
+from fedtune.engines import layout, steps
 from fedtune.entrypoints import common
+
+log = logging.getLogger(__name__)
 
 
 def run(job: JobConfig, round_index: int) -> dict[str, Any]:
@@ -20,17 +29,40 @@ def run(job: JobConfig, round_index: int) -> dict[str, Any]:
     started_at = time.time()
     result = steps.configure_step(steps.ProviderEnv.create(job), round_index)
     # started_at lets the aggregate step report the round's wall time across pods.
-    return {"round": round_index, "started_at": started_at, "configure": result}
+    return {
+        "round": round_index,
+        "started_at": started_at,
+        "configure": result,
+        "sampled": steps.sample_clients(job, round_index),
+    }
 
 
-def component(job_path: str, round_index: int, broadcast_path: str) -> None:
-    """Body of the ``configure-round`` KFP component."""
-    common.setup_logging()
-    common.guarded(
-        lambda: common.write_marker(
-            broadcast_path, run(common.read_job_artifact(job_path), int(round_index))
+def next_round(job: JobConfig, slot: int) -> int:
+    """The first round not completed in the provider store (``slot`` when all are)."""
+    store = steps.ProviderEnv.create(job).store()
+    for round_index in range(1, job.rounds + 1):
+        stored = store.exists(layout.summary_key(round_index)) and ServerState.stored(
+            store, layout.state_key(round_index)
         )
-    )
+        if not stored:
+            return round_index
+    return min(int(slot), job.rounds)
+
+
+def component(job_path: str, slot: int, broadcast_path: str) -> list[str]:
+    """Body of the ``configure-round`` KFP component: the round's sampled tenants."""
+
+    def body() -> list[str]:
+        job = common.read_job_artifact(job_path)
+        round_index = next_round(job, int(slot))
+        if round_index != int(slot):
+            log.warning("loop slot %s runs round %d (the first one not stored)", slot, round_index)
+        marker = run(job, round_index)
+        common.write_marker(broadcast_path, marker)
+        return list(marker["sampled"])
+
+    common.setup_logging()
+    return common.guarded(body)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

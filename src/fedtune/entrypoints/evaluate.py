@@ -19,9 +19,15 @@ def run(job: JobConfig, tenant: str, run_key: str = "") -> dict[str, Any]:
     return final_step.run(job, "evaluate", tenant, run_key)
 
 
-def component(job_path: str, tenant: str, run_key: str, metrics_path: str) -> None:
+def component(
+    job_path: str,
+    tenant: str,
+    run_key: str,
+    metrics_path: str,
+    metrics: common.MetricsSink | None = None,
+) -> None:
     """Body of the ``evaluate`` KFP component."""
-    final_step.component("evaluate", job_path, tenant, run_key, metrics_path)
+    final_step.component("evaluate", job_path, tenant, run_key, metrics_path, metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

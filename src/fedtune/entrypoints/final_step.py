@@ -29,14 +29,23 @@ def run(job: JobConfig, kind: TenantKind, tenant: str, run_key: str = "") -> dic
     return {"tenant": tenant, field: result[field]}
 
 
-def component(kind: TenantKind, job_path: str, tenant: str, run_key: str, out_path: str) -> None:
-    """Body of the step's KFP component."""
+def component(
+    kind: TenantKind,
+    job_path: str,
+    tenant: str,
+    run_key: str,
+    out_path: str,
+    metrics: common.MetricsSink | None = None,
+) -> None:
+    """Body of the step's KFP component; its numbers also go to ``metrics`` when given."""
+
+    def body() -> None:
+        marker = run(common.read_job_artifact(job_path), kind, tenant, run_key)
+        common.write_marker(out_path, marker)
+        common.log_metrics(metrics, dict(marker[RESULT_FIELD[kind]]))
+
     common.setup_logging()
-    common.guarded(
-        lambda: common.write_marker(
-            out_path, run(common.read_job_artifact(job_path), kind, tenant, run_key)
-        )
-    )
+    common.guarded(body)
 
 
 def parse(kind: TenantKind, description: str, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,10 +1,11 @@
-"""Provider, once per run: validate the job, start (or resume) tracking, write the initial state.
+"""Provider, once per run: read the job, start (or resume) tracking, write the initial state.
 
-``python -m fedtune.entrypoints.server_init --job JOB.yaml [--plan PLAN.json]``
+``python -m fedtune.entrypoints.server_init --job JOB.yaml``
 
-The job-config parameter of a compiled pipeline can be edited in the KFP UI, so this step
-also checks the job against the shape the pipeline was compiled for, and that a chained run
-(``--start-round`` > 1) finds the state of the round before it.
+In a pipeline the job comes from the run form (:mod:`fedtune.pipelines.run_form`): read from
+``job_uri`` or ``job_config``, overridden, checked against the pipeline's family and scoped to
+the run's state prefix. The step then lists the rounds still to train, which the pipeline's
+round loop iterates over: the graph does not depend on rounds or tenants.
 """
 
 from __future__ import annotations
@@ -20,31 +21,13 @@ from fedtune.engines import layout, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.local import log_initial_state
 from fedtune.entrypoints import common
-from fedtune.pipelines.plan import PipelinePlan
+from fedtune.pipelines.run_form import RunForm, open_rounds, resolve_job
 from fedtune.storage.base import Store
 from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
 
 
-def _check_plan(env: steps.ProviderEnv, plan: PipelinePlan) -> None:
-    problems = plan.mismatches(env.job)
-    if problems:
-        raise ConfigError(
-            f"the job config does not fit the pipeline compiled for job {plan.job!r}: "
-            + "; ".join(problems),
-            fix="Edit only hyperparameters and URIs in the KFP form, or recompile with "
-            "`fedtune compile JOB.yaml -o PIPELINE.yaml` and upload the new pipeline.",
-        )
-    previous = plan.start_round - 1
-    if previous and not ServerState.stored(env.store(), layout.state_key(previous)):
-        raise ConfigError(
-            f"this run starts at round {plan.start_round}, but the provider store "
-            f"{env.store().uri} holds no server state of round {previous}",
-            fix=f"Run rounds 1-{previous} first (a run with --start-round 1), then this one.",
-        )
-
-
-def _start_tracking(env: steps.ProviderEnv) -> tuple[Tracker, str]:
+def _start_tracking(env: steps.ProviderEnv, form: RunForm | None = None) -> tuple[Tracker, str]:
     """Check the stored run record, then create or resume the tracker run."""
     store = env.store()
     stored: dict[str, Any] = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
@@ -55,10 +38,15 @@ def _start_tracking(env: steps.ProviderEnv) -> tuple[Tracker, str]:
         if info
         else {"job": env.job.model_dump(mode="json"), "algorithm": env.algorithm.params()}
     )
+    tags = {"fedtune.algorithm": env.job.algorithm.name, "fedtune.engine": "kfp"}
+    if form is not None and form.kfp_run_id:
+        tags["fedtune.kfp_run_id"] = form.kfp_run_id
+    if form is not None and form.run_label:
+        tags["fedtune.run_label"] = form.run_label
     run_id = tracker.start(
-        run_name=env.job.name,
+        run_name=form.run_label if form is not None and form.run_label else env.job.name,
         params=params,
-        tags={"fedtune.algorithm": env.job.algorithm.name, "fedtune.engine": "kfp"},
+        tags=tags,
         run_id=info.get("run_id"),
     )
     if info.get("run_id") != run_id or info != stored:
@@ -71,43 +59,45 @@ def initial_run_info(store: Store) -> dict[str, Any]:
     return dict(store.get_json(f"{layout.state_key(0)}.json").get("run_info") or {})
 
 
-def run(job: JobConfig, plan: PipelinePlan | None = None) -> dict[str, Any]:
-    """Check the job, start tracking and write the initial state; return the state marker."""
+def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
+    """Start tracking and write the initial state; return the state marker with the rounds
+    still to train (see :func:`fedtune.pipelines.run_form.open_rounds`)."""
     env = steps.ProviderEnv.create(job)
-    if plan is not None:
-        _check_plan(env, plan)
-    tracker, run_id = _start_tracking(env)
+    tracker, run_id = _start_tracking(env, form)
     result = steps.init_step(env)
     log_initial_state(env, tracker)
-    start = plan.start_round if plan is not None else 1
-    return {"round": start - 1, "run_id": run_id, "init": result}
+    store = env.store()
+    done = [
+        store.exists(layout.summary_key(r)) and ServerState.stored(store, layout.state_key(r))
+        for r in range(1, job.rounds + 1)
+    ]
+    rounds = open_rounds(done, form.stop_after_round if form is not None else 0)
+    return {"round": rounds[0] - 1, "rounds": rounds, "run_id": run_id, "init": result}
 
 
-def component(job_config: str, plan: str, job_path: str, state_path: str) -> None:
-    """Body of the ``server-init`` KFP component."""
+def component(form: RunForm, family: str, job_path: str, state_path: str) -> list[int]:
+    """Body of the ``server-init`` KFP component: the rounds the loop iterates over."""
 
-    def body() -> None:
-        job = common.job_from_json(job_config, source="job_config parameter")
+    def body() -> list[int]:
+        job = resolve_job(form, family)
         common.write_job_artifact(job_path, job)
-        common.write_marker(state_path, run(job, PipelinePlan.from_json(plan) if plan else None))
+        marker = run(job, form)
+        common.write_marker(state_path, marker)
+        return list(marker["rounds"])
 
     common.setup_logging()
-    common.guarded(body)
+    return common.guarded(body)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = common.job_parser(__doc__.splitlines()[0], "server_init")
-    parser.add_argument("--plan", metavar="JSON", help="the compiled pipeline's plan to check")
-    return parser.parse_args(argv)
+    return common.job_parser(__doc__.splitlines()[0], "server_init").parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of the step."""
     common.run_main(
         _parse,
-        lambda a: run(
-            common.read_job(a.job, a.job_json), PipelinePlan.from_json(a.plan) if a.plan else None
-        ),
+        lambda a: run(common.read_job(a.job, a.job_json)),
         argv,
     )
 

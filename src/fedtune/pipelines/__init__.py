@@ -1,5 +1,5 @@
-"""Kubeflow pipelines: thin components over ``fedtune.entrypoints`` and one pipeline per job.
+"""Kubeflow pipelines: thin components over ``fedtune.entrypoints`` and one pipeline per family.
 
-``plan`` (the unrolled shape and its size bound) imports no kfp; ``components``, ``builder``
+``run_form`` (the run form and the job it yields) imports no kfp; ``components``, ``builder``
 and ``catalog`` do, so import them only where pipelines are compiled.
 """

@@ -1,12 +1,24 @@
-"""Build and compile the pipeline of a job: generic over the algorithm phase interface.
+"""Build and compile the pipeline of an algorithm family: generic over the phase interface.
 
 Every registered algorithm has the same four phases plus export, so one builder serves them
-all: ``server-init``, then per round (unrolled at compile time, one nested ``fedtune-round``
-pipeline each) ``configure-round`` -> ``client-step`` in a ``ParallelFor`` over the round's
-sampled tenant names -> ``aggregate``; after the last round ``evaluate`` per tenant and
-``export-and-register``, then, when the job enables it, ``audit`` per audited tenant (through
-the launcher, like ``evaluate``) and ``record-audit``. Every task writes to stores, so caching is off everywhere; tenant
-steps retry (a retried launcher re-attaches to its Job).
+all, and nothing in the graph depends on a job's rounds or tenants: ``server-init`` reads the
+job from the run form and lists the rounds still to train; a ``ParallelFor`` over that list
+with ``parallelism=1`` runs one nested ``fedtune-round`` pipeline per round
+(``configure-round`` samples the round's tenants at run time -> ``client-step`` in a
+``ParallelFor`` over them -> ``aggregate``); ``close-rounds`` checks and tabulates the rounds;
+when the job is complete, ``evaluate`` per tenant and ``export-and-register``, then, when the
+job enables it, ``audit`` per audited tenant (through the launcher, like ``evaluate``) and
+``record-audit``. State flows through the job's stores, never through task outputs, so each
+round task finds its predecessor's state there. Every task writes to stores, so caching is
+off everywhere, sub-DAGs included; tenant steps retry (a retried launcher re-attaches to
+its Job).
+
+Order of rounds: KFP backends since 2.2 honour ``parallelism`` (kubeflow/pipelines#10798,
+fixing #8718) but do not document the order of iterations, and kfp.local runs them in order.
+``configure-round`` therefore trains the first round not yet stored, whatever iteration it
+is in, and ``close-rounds`` fails, naming the missing rounds, if a backend ran iterations at
+once. Size: the backend keeps a run's nodes in one workflow object (~1.5 MiB in etcd); very
+long trainings are split with ``stop_after_round`` and continued with ``resume_run_id``.
 
 With :class:`ClusterSettings` the compiled YAML also carries the Kubernetes settings a
 cluster run needs (the chart's tenants ConfigMap for the launcher, the provider's store
@@ -33,16 +45,28 @@ from fedtune.config.secrets import (
 )
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
-from fedtune.pipelines.plan import PipelinePlan
+from fedtune.pipelines.run_form import FAMILIES
 
-PIPELINE_DOC = """Federated fine-tuning with {algorithm}: rounds {start}-{end} of {total}, {tenants} tenant(s).
+PIPELINE_DOC = """Federated fine-tuning, {family} family ({algorithms}): any number of rounds and tenants.
 
-Provider steps run in this namespace; each tenant's training and evaluation run as a Job in
-the tenant's own namespace. Edit hyperparameters and URIs freely; tenants, rounds, seed and
-clients_per_round are fixed by the compiled graph (recompile with `fedtune compile`).
+Give the job as job_uri (a job file in the provider's bucket) or job_config (JSON), and
+override what changes between runs below. Rounds run one after another in a loop whose
+length, like each round's sampled tenants, is decided when the run starts. Each run keeps
+its state under its own run id, so creating a run again trains again; resume_run_id
+continues an earlier run instead. Provider steps run in this namespace; each tenant's
+training and evaluation run as a Job in the tenant's own namespace.
 
 Args:
-    job_config: The fedtune job config as JSON, validated when the run starts. No credentials: they come from Kubernetes Secrets.
+    job_uri: s3:// URI of a job file (YAML) in the provider's bucket; wins over job_config.
+    job_config: The fedtune job as JSON (or YAML), validated when the run starts. No credentials: they come from Kubernetes Secrets.
+    rounds: Federated rounds in all; 0 keeps the job's.
+    clients_per_round: Tenants sampled per round; 0 keeps the job's.
+    lr: Client learning rate; 0 keeps the job's.
+    local_steps: Local training steps per round; 0 keeps the job's.
+    seed: Seed of sampling and training; -1 keeps the job's.
+    run_label: A label for this run, the name of its MLflow run (empty: the job's name).
+    resume_run_id: Empty: train afresh under this run's id. The id of an earlier run: resume its stored state (finished rounds are kept, nothing is registered twice). "job": state directly under the job's name, as `fedtune run` keeps it.
+    stop_after_round: 0 trains to the end; k stops after round k (resume later with resume_run_id), e.g. to split a very long training into runs.
 """
 
 @dataclass(frozen=True)
@@ -113,27 +137,34 @@ def _tenant(task: Any, name: str, settings: ClusterSettings | None) -> Any:
     return task
 
 
-def build_pipeline(job: JobConfig, plan: PipelinePlan, settings: ClusterSettings | None) -> Any:
-    """The KFP pipeline of ``plan``, its ``job_config`` parameter defaulting to ``job``."""
+def _no_cache(task: Any) -> Any:
+    # Every task, sub-DAGs included, writes to stores: a cached task would skip that.
+    return task.set_caching_options(False)
+
+
+def build_pipeline(
+    family: str, settings: ClusterSettings | None, default_job: JobConfig | None = None
+) -> Any:
+    """The family's KFP pipeline; ``default_job`` (if any) fills the ``job_config`` default."""
     # Only what the job file sets: the run form shows its own settings, and a changed
     # default elsewhere in fedtune does not make every committed pipeline stale.
-    job_json = json.dumps(job.model_dump(mode="json", exclude_unset=True), sort_keys=True)
-    plan_json = plan.to_json()
+    job_json = (
+        json.dumps(default_job.model_dump(mode="json", exclude_unset=True), sort_keys=True)
+        if default_job is not None
+        else ""
+    )
 
     @dsl.pipeline(
         name="fedtune-round",
         description="One federated round: configure, every sampled tenant trains, aggregate.",
     )
-    def round_pipeline(
-        job: Input[Artifact], state: Input[Artifact], round_index: int, tenants: list[str]
-    ) -> Artifact:
-        configure = c.configure_round(job=job, state=state, round_index=round_index)
+    def round_pipeline(job: Input[Artifact], state: Input[Artifact], slot: int) -> Artifact:
+        configure = c.configure_round(job=job, state=state, slot=slot)
         _provider(configure, "configure round", settings)
-        with dsl.ParallelFor(tenants) as tenant:
+        with dsl.ParallelFor(configure.outputs["Output"]) as tenant:
             client = c.client_step(
                 job=job,
                 broadcast=configure.outputs["broadcast"],
-                round_index=round_index,
                 tenant=tenant,
                 run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             )
@@ -142,37 +173,64 @@ def build_pipeline(job: JobConfig, plan: PipelinePlan, settings: ClusterSettings
             job=job,
             broadcast=configure.outputs["broadcast"],
             updates=dsl.Collected(client.outputs["update"]),
-            round_index=round_index,
         )
         _provider(merged, "aggregate", settings)
         return merged.outputs["state"]
 
-    def pipeline(job_config: str = job_json) -> None:
-        init = _provider(
-            c.server_init(job_config=job_config, plan=plan_json), "server init", settings
+    def pipeline(
+        job_uri: str = "",
+        job_config: str = job_json,
+        rounds: int = 0,
+        clients_per_round: int = 0,
+        lr: float = 0.0,
+        local_steps: int = 0,
+        seed: int = -1,
+        run_label: str = "",
+        resume_run_id: str = "",
+        stop_after_round: int = 0,
+    ) -> None:
+        init = c.server_init(
+            job_uri=job_uri,
+            job_config=job_config,
+            rounds=rounds,
+            clients_per_round=clients_per_round,
+            lr=lr,
+            local_steps=local_steps,
+            seed=seed,
+            run_label=run_label,
+            resume_run_id=resume_run_id,
+            stop_after_round=stop_after_round,
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            family=family,
         )
-        job_artifact, state = init.outputs["job"], init.outputs["state"]
-        for round_index, sampled in plan.rounds:
-            step = round_pipeline(
-                job=job_artifact, state=state, round_index=round_index, tenants=list(sampled)
-            )
-            step.set_display_name(f"round {round_index}")
-            state = step.output
-        if plan.final:
-            with dsl.ParallelFor(list(plan.tenants)) as tenant:
+        _provider(init, "server init", settings)
+        job_artifact = init.outputs["job"]
+        # One iteration per round still to train, one at a time; each trains the first round
+        # not yet stored, so the order holds even where the backend reorders iterations.
+        with dsl.ParallelFor(init.outputs["Output"], parallelism=1) as slot:
+            step = round_pipeline(job=job_artifact, state=init.outputs["state"], slot=slot)
+            _no_cache(step).set_display_name("round")
+        closed = c.close_rounds(
+            job=job_artifact, init=init.outputs["state"], states=dsl.Collected(step.output)
+        )
+        _provider(closed, "close rounds", settings)
+        with dsl.If(closed.outputs["Output"] == True, "job complete"):  # noqa: E712
+            with dsl.ParallelFor(closed.outputs["tenants"]) as tenant:
                 scored = c.evaluate(
                     job=job_artifact,
-                    state=state,
+                    state=closed.outputs["state"],
                     tenant=tenant,
                     run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 )
                 _tenant(scored, "evaluate", settings)
             export = c.export_and_register(
-                job=job_artifact, state=state, metrics=dsl.Collected(scored.outputs["metrics"])
+                job=job_artifact,
+                state=closed.outputs["state"],
+                metrics=dsl.Collected(scored.outputs["metrics"]),
             )
             _provider(export, "export and register", settings)
-            if plan.audited:
-                with dsl.ParallelFor(list(plan.audited)) as tenant:
+            with dsl.If(export.outputs["Output"] == True, "memorization audit"):  # noqa: E712
+                with dsl.ParallelFor(export.outputs["audited"]) as tenant:
                     audited = c.audit(
                         job=job_artifact,
                         registered=export.outputs["artifacts"],
@@ -186,21 +244,20 @@ def build_pipeline(job: JobConfig, plan: PipelinePlan, settings: ClusterSettings
                 _provider(recorded, "record audit", settings)
 
     pipeline.__doc__ = PIPELINE_DOC.format(
-        algorithm=job.algorithm.name,
-        tenants=len(plan.tenants),
-        start=plan.start_round,
-        end=plan.end_round,
-        total=plan.total_rounds,
+        family=family, algorithms=", ".join(FAMILIES[family])
     )
     # The description shown in the KFP UI comes from the docstring, the form's help from Args.
-    return dsl.pipeline(name=f"fedtune-{job.name}")(pipeline)
+    return dsl.pipeline(name=f"fedtune-{family}")(pipeline)
 
 
 def compile_pipeline(
-    job: JobConfig, plan: PipelinePlan, out: str | Path, settings: ClusterSettings | None
+    family: str,
+    out: str | Path,
+    settings: ClusterSettings | None,
+    default_job: JobConfig | None = None,
 ) -> Path:
-    """Compile the pipeline of ``plan`` to YAML at ``out``; return the path."""
+    """Compile the ``family`` pipeline to YAML at ``out``; return the path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_pipeline(job, plan, settings), str(out))
+    compiler.Compiler().compile(build_pipeline(family, settings, default_job), str(out))
     return out

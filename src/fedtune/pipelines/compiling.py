@@ -1,8 +1,9 @@
-"""``fedtune compile``: the pipeline YAML of a job, checked for size and for cluster use.
+"""``fedtune compile``: the pipeline YAML of a job's family, the job as its default, checked.
 
 A compiled pipeline runs in pods that share no filesystem, so every store, dataset and the
 tracking server must be addressed by a network URI; :func:`cluster_problems` lists every
-violation at once. The size bound of :mod:`fedtune.pipelines.plan` applies too.
+violation at once. The graph depends only on the family: the job only fills the run form's
+``job_config`` default.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from fedtune.config.job import JobConfig, PretrainedModelConfig
 from fedtune.core.errors import ConfigError
 from fedtune.pipelines.builder import DEFAULT_CLUSTER, ClusterSettings, compile_pipeline
-from fedtune.pipelines.plan import PipelinePlan, check_size, plan_job
+from fedtune.pipelines.run_form import family_of
 from fedtune.pipelines.validate import validate_compiled
 
 
@@ -60,23 +61,21 @@ def compile_job(
     job: JobConfig,
     out: str | Path,
     *,
-    start_round: int = 1,
-    rounds: int | None = None,
     settings: ClusterSettings | None = DEFAULT_CLUSTER,
-) -> tuple[Path, PipelinePlan]:
-    """Compile ``job`` (rounds ``start_round``.. of it) for a cluster, then validate the file.
+) -> tuple[Path, str]:
+    """Compile the pipeline of ``job``'s family with ``job`` as its default, then validate the
+    file; return its path and the family.
 
     With ``settings=None`` the cluster checks and Kubernetes settings are left out (the
     ``kfp-local`` form).
 
     Raises:
-        ConfigError: The run is above the size bound, or the job cannot run in a cluster.
+        ConfigError: The job cannot run in a pipeline, or not in a cluster.
     """
     from fedtune.engines.secagg_steps import refuse_pipeline
 
     refuse_pipeline(job)
-    plan = plan_job(job, start_round, rounds)
-    check_size(plan, job)
+    family = family_of(job.algorithm.name)
     if settings is not None:
         problems = cluster_problems(job, settings)
         if problems:
@@ -86,6 +85,6 @@ def compile_job(
                 fix="Point stores, data and tracking at network URIs (see "
                 "pipelines/jobs/fedit.yaml), or run it here with --engine kfp-local.",
             )
-    path = compile_pipeline(job, plan, out, settings)
+    path = compile_pipeline(family, out, settings, default_job=job)
     validate_compiled(path)
-    return path, plan
+    return path, family

@@ -1,4 +1,4 @@
-"""The eight KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
+"""The nine KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
 
 Each takes the one job artifact written by ``server-init`` (never loose hyperparameters) and
 passes small JSON markers as artifacts: artifacts, unlike parameters, resolve correctly inside
@@ -7,13 +7,21 @@ by URI; markers only order the tasks and carry what each step did (bytes, second
 Every component runs in the CPU image of this package version, which already contains kfp,
 so nothing is installed at run time.
 
+Typed outputs make the run page useful: per-round and final ``Metrics``, the round table as
+``Markdown``, the exported models as ``Model`` with their registry metadata. kfp.local resolves a
+``ParallelFor``'s items at the top level and a ``dsl.If``'s condition only from a task output
+named ``Output``, so that name carries the rounds, the sampled tenants, and the flags "job
+complete" and "audit on"; loops inside a condition read named outputs fine.
+
 Component folders under ``components/<name>/`` hold each one's compiled YAML, metadata,
 README and tests; ``python -m fedtune.pipelines.catalog --write`` regenerates them.
 """
 
 # No `from __future__ import annotations` here: kfp reads the parameter annotations as types.
+from typing import NamedTuple
+
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Output
+from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
 
 from fedtune.pipelines.images import provider_image
 
@@ -21,42 +29,81 @@ IMAGE = provider_image()
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
-def server_init(job_config: str, plan: str, job: Output[Artifact], state: Output[Artifact]) -> None:
-    """Validate the job, start or resume tracking, and write the initial server state.
+def server_init(
+    job_uri: str,
+    job_config: str,
+    rounds: int,
+    clients_per_round: int,
+    lr: float,
+    local_steps: int,
+    seed: int,
+    run_label: str,
+    resume_run_id: str,
+    stop_after_round: int,
+    kfp_run_id: str,
+    family: str,
+    job: Output[Artifact],
+    state: Output[Artifact],
+) -> list:
+    """Read the job from the run form, scope its state to the run, start or resume tracking,
+    write the initial server state, and list the rounds still to train.
 
     Args:
-        job_config: The job config (fedtune JobConfig) as JSON.
-        plan: The shape the pipeline was compiled for (rounds, sampled tenants); the job must fit.
-        job: The validated job, read by every later task.
-        state: Marker of the initial server state (stored in the exchange store).
+        job_uri: s3:// URI of a job file in the provider's bucket (wins over job_config).
+        job_config: The job as JSON or YAML text.
+        rounds: Rounds to train in all (0: the job's).
+        clients_per_round: Tenants sampled per round (0: the job's).
+        lr: Client learning rate (0: the job's).
+        local_steps: Local steps per round (0: the job's).
+        seed: Seed of sampling and training (-1: the job's).
+        run_label: A label for the tracker run.
+        resume_run_id: Empty: a new training under kfp_run_id; else the run whose state to resume.
+        stop_after_round: 0: train to the end; k: stop after round k (resume it later).
+        kfp_run_id: This pipeline run's id.
+        family: The algorithm family this pipeline was compiled for.
+        job: The validated, run-scoped job, read by every later task.
+        state: Marker of the initial server state (stored in the provider store).
     """
-    from fedtune.entrypoints.server_init import component
+    from fedtune.entrypoints.server_init import RunForm, component
 
-    component(job_config, plan, job.path, state.path)
+    form = RunForm(
+        job_uri=job_uri,
+        job_config=job_config,
+        rounds=rounds,
+        clients_per_round=clients_per_round,
+        lr=lr,
+        local_steps=local_steps,
+        seed=seed,
+        run_label=run_label,
+        resume_run_id=resume_run_id,
+        stop_after_round=stop_after_round,
+        kfp_run_id=kfp_run_id,
+    )
+    return component(form, family, job.path, state.path)
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def configure_round(
-    job: Input[Artifact], state: Input[Artifact], round_index: int, broadcast: Output[Artifact]
-) -> None:
-    """Provider: write the round's broadcast from the previous server state.
+    job: Input[Artifact], state: Input[Artifact], slot: int, broadcast: Output[Artifact]
+) -> list:
+    """Provider: pick the first round not yet trained, write its broadcast, sample its tenants.
 
     Args:
         job: The validated job from server-init.
-        state: Marker of the previous round's server state (orders the tasks).
-        round_index: The round, from 1.
-        broadcast: Marker of the stored broadcast (bytes, seconds).
+        state: Marker of the initial server state (orders the tasks).
+        slot: The loop's round number; the round trained is the first one not stored yet, so
+            the rounds stay in order whatever order the loop runs its iterations in.
+        broadcast: Marker of the stored broadcast (round, bytes, seconds).
     """
     from fedtune.entrypoints.configure_round import component
 
-    component(job.path, round_index, broadcast.path)
+    return component(job.path, slot, broadcast.path)
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def client_step(
     job: Input[Artifact],
     broadcast: Input[Artifact],
-    round_index: int,
     tenant: str,
     run_key: str,
     update: Output[Artifact],
@@ -65,15 +112,14 @@ def client_step(
 
     Args:
         job: The validated job from server-init.
-        broadcast: Marker of the round's broadcast (orders the tasks).
-        round_index: The round, from 1.
+        broadcast: Marker of the round's broadcast (says which round).
         tenant: The tenant's name.
         run_key: The pipeline run's id: names the tenant Job, so a retry re-attaches to it.
         update: Marker of the stored update, or of the failure that cost it.
     """
     from fedtune.entrypoints.client_step import component
 
-    component(job.path, round_index, tenant, run_key, update.path)
+    component(job.path, broadcast.path, tenant, run_key, update.path)
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
@@ -81,21 +127,49 @@ def aggregate(
     job: Input[Artifact],
     broadcast: Input[Artifact],
     updates: Input[list[Artifact]],
-    round_index: int,
     state: Output[Artifact],
+    metrics: Output[Metrics],
 ) -> None:
     """Provider: validate the round's updates, aggregate them if the quorum holds, record it.
 
     Args:
         job: The validated job from server-init.
-        broadcast: Marker of the round's broadcast (carries its start time and size).
+        broadcast: Marker of the round's broadcast (its round, start time and size).
         updates: Markers of every sampled tenant's client step.
-        round_index: The round, from 1.
         state: Marker of the new server state.
+        metrics: The round's metrics (clients accepted, losses, bytes, server metrics).
     """
     from fedtune.entrypoints.aggregate import component
 
-    component(job.path, round_index, broadcast.path, [u.path for u in updates], state.path)
+    component(job.path, broadcast.path, [u.path for u in updates], state.path, metrics)
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def close_rounds(
+    job: Input[Artifact],
+    init: Input[Artifact],
+    states: Input[list[Artifact]],
+    state: Output[Artifact],
+    rounds_table: Output[Markdown],
+    metrics: Output[Metrics],
+) -> NamedTuple("Outputs", [("Output", bool), ("tenants", list)]):  # noqa: F821
+    """Provider: check every round of the run is stored, tabulate them, say what comes next.
+
+    Returns ``Output`` (whether the job is complete: evaluation and export follow) and
+    ``tenants`` (the tenants the final evaluation covers).
+
+    Args:
+        job: The validated job from server-init.
+        init: Server init's marker (lists the rounds of this run).
+        states: Markers of every round of this run (orders the task).
+        state: Marker of the last stored server state.
+        rounds_table: The rounds as a Markdown table (sampled, accepted, losses, seconds).
+        metrics: The last round's metrics and the rounds completed.
+    """
+    from fedtune.entrypoints.close_rounds import component
+
+    outputs = NamedTuple("Outputs", [("Output", bool), ("tenants", list)])
+    return outputs(*component(job.path, init.path, state.path, rounds_table.path, metrics))
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
@@ -104,7 +178,7 @@ def evaluate(
     state: Input[Artifact],
     tenant: str,
     run_key: str,
-    metrics: Output[Artifact],
+    metrics: Output[Metrics],
 ) -> None:
     """Tenant: metrics of the final model on its held-out split (launched like client-step).
 
@@ -117,27 +191,41 @@ def evaluate(
     """
     from fedtune.entrypoints.evaluate import component
 
-    component(job.path, tenant, run_key, metrics.path)
+    component(job.path, tenant, run_key, metrics.path, metrics)
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def export_and_register(
     job: Input[Artifact],
     state: Input[Artifact],
-    metrics: Input[list[Artifact]],
+    metrics: Input[list[Metrics]],
+    model: Output[Model],
+    companion: Output[Model],
+    final_metrics: Output[Metrics],
     artifacts: Output[Artifact],
-) -> None:
-    """Provider: store the final evaluation, export the final models and register them.
+) -> NamedTuple("Outputs", [("Output", bool), ("audited", list)]):  # noqa: F821
+    """Provider: store the final evaluation, export the final models and register them once.
+
+    Returns ``Output`` (whether the job audits memorization) and ``audited`` (its tenants).
 
     Args:
         job: The validated job from server-init.
         state: Marker of the final server state (orders the tasks).
         metrics: Every tenant's final metrics.
+        model: The run's main model (registered name, version, MLflow run id, layout, URI).
+        companion: The family's second model where it exports one (FedBiOT's AdapFu beside
+            AdapEmu, FedPT's small model beside the proxy-tuned one); else marked not exported.
+        final_metrics: Every tenant's final metrics, as one table.
         artifacts: The exported artifacts' store URIs and registered model versions.
     """
     from fedtune.entrypoints.export_and_register import component
 
-    component(job.path, [m.path for m in metrics], artifacts.path)
+    outputs = NamedTuple("Outputs", [("Output", bool), ("audited", list)])
+    return outputs(
+        *component(
+            job.path, [m.path for m in metrics], artifacts.path, model, companion, final_metrics
+        )
+    )
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
@@ -183,6 +271,7 @@ COMPONENTS = {
     "configure_round": configure_round,
     "client_step": client_step,
     "aggregate": aggregate,
+    "close_rounds": close_rounds,
     "evaluate": evaluate,
     "export_and_register": export_and_register,
     "audit": audit,
