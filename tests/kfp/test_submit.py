@@ -41,12 +41,14 @@ def submit(*argv: str) -> int:
 def test_a_run_gets_typed_param_overrides_in_the_named_experiment(kfp_api: FakeKfp) -> None:
     job_config = json.dumps({"name": "override"})
     assert submit("--host", kfp_api.url, "--experiment", "nightly", "--param", f"job_config={job_config}",
+                  "--param", "rounds=200", "--param", "lr=0.0005",
                   "--service-account", "ft-fedtune-launcher") == 0
     (experiment,) = kfp_api.experiments
     assert experiment["display_name"] == "nightly"
     (run,) = kfp_api.runs
     assert run["experiment_id"] == experiment["experiment_id"]
-    assert run["runtime_config"]["parameters"] == {"job_config": job_config}
+    # The run form's overrides arrive typed as the pipeline declares them.
+    assert run["runtime_config"]["parameters"] == {"job_config": job_config, "rounds": 200, "lr": 0.0005}
     assert run["service_account"] == "ft-fedtune-launcher"
     # Sent with the run, caching off on every task.
     tasks = run["pipeline_spec"]["pipeline_spec"]["root"]["dag"]["tasks"]
@@ -139,7 +141,7 @@ def test_an_auth_failure_is_one_clear_error_before_anything_is_sent(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--param", "rounds=3"], "--param rounds: the pipeline has no such parameter (it has: job_config)"),
+        (["--param", "epochs=3"], "--param epochs: the pipeline has no such parameter (it has: "),
         (["--param", "job_config"], "--param 'job_config' is not key=value"),
         (["--param", "job_config={}", "--param", "job_config={}"], "--param job_config is given twice"),
         (["--cron", "0 3 * * *"], "--cron '0 3 * * *' has 5 fields; KFP's cron has 6, seconds first"),
