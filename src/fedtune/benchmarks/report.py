@@ -331,7 +331,11 @@ def system_markdown(results: Mapping[str, Any]) -> str:
 def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
     """One table per peer job: fedtune's runs against the bare sequential loop, with aims."""
     lines: list[str] = []
-    for entry in peer["jobs"]:
+    if peer.get("commit"):
+        lines += [f"Measured at commit {peer['commit']}.", ""]
+    # Results recorded before there were several jobs hold one job (the larger) and one aim.
+    jobs = peer.get("jobs") or [{"name": "large", "job": peer["job"], "rows": peer["rows"]}]
+    for entry in jobs:
         job = entry["job"]
         lines += [
             (
@@ -352,6 +356,8 @@ def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
             ],
             "",
         ]
+        if "aim" in peer:
+            lines += [f"Aim for fedtune with N workers: <= {peer['aim']} x the bare loop.", ""]
     return lines
 
 
