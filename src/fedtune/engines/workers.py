@@ -1,12 +1,18 @@
 """Long-lived worker processes that run the sampled tenants' steps of a round at once.
 
 The local engine hands a round's client steps (and the final evaluations) to a pool of
-spawned processes (spawned, not forked, so CUDA and OpenMP start clean). Each worker keeps its
+worker processes. They are not forked from the engine, whose CUDA and OpenMP state would not
+survive that: a fork server (a fresh process that imported torch, transformers and PEFT once
+and runs no tensor work) forks them, so each starts in milliseconds instead of importing the
+libraries again; where there is no fork server, they are spawned. Each worker keeps its
 :class:`~fedtune.engines.steps.TenantEnvs` for the whole job, so the tokenizer, the
 tenant-readable base model and its PEFT wrapper stay warm across rounds and tenants. Workers
 run the very step functions of the sequential engine against the same stores, every seed is
 derived as there, and the provider aggregates in sorted tenant order: a run with N workers is
-bitwise equal to a run with one.
+bitwise equal to a run with one. Where the algorithm allows it, a round's client steps are
+shared evenly over the workers (:func:`share_steps`): a tenant's local training may run in two
+parts on two workers, one after the other, which changes where its steps run but not what
+they compute.
 
 A worker that dies (killed, out of memory) costs only the update of the tenant it was running,
 which is rejected with the reason; a fresh worker takes its place. Messages between the engine
@@ -20,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -91,7 +98,20 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (cores or 1) // workers)
 
 
-def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
+#: What the fork server imports once for every worker it forks (see the module docstring).
+_PRELOAD = ["torch", "fedtune.engines.steps"]
+
+
+def _start_context() -> Any:
+    """The fork server where the platform has one (Linux, macOS), else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(_PRELOAD)
+        return context
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+
+
+def _worker_main(conn: Connection, job_json: str, threads: int, fault: str | None) -> None:
     """A worker's loop: build the tenants' envs once, then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine handles Ctrl-C and stops us
     from fedtune.core.library_logs import quiet_libraries
@@ -105,10 +125,12 @@ def _worker_main(conn: Connection, job_json: str, threads: int) -> None:
 
     job = parse_job(json.loads(job_json), source="worker")
     tenants = steps.TenantEnvs(job)
-    first = tenants[job.tenants[0].name]
-    if first.algorithm.tenants_load_base:
-        first.ctx.base_model()  # warm the shared tenant-readable base before the first task
-    fault = os.environ.get(FAULT_ENV)
+    try:  # warm the shared tenant-readable base before the first task
+        first = tenants[job.tenants[0].name]
+        if first.algorithm.tenants_load_base:
+            first.ctx.base_model()
+    except Exception:  # noqa: BLE001 - the CLI starts workers before its checks: they report
+        log.debug("worker warm-up failed; the first task meets the error again", exc_info=True)
     while True:
         message = conn.recv_bytes()
         if not message:
@@ -169,7 +191,7 @@ class InProcessRunner:
         return outcomes
 
 
-_prestarted: dict[tuple[str, int], WorkerPool] = {}
+_prestarted: dict[tuple[str, int], tuple[WorkerPool, threading.Thread]] = {}
 
 
 def prestart(job: JobConfig, workers: int | str) -> None:
@@ -182,8 +204,10 @@ def prestart(job: JobConfig, workers: int | str) -> None:
         return
     if size > 1:
         pool = WorkerPool(job, size)
-        pool.start()
-        _prestarted[(pool.job_json, size)] = pool
+        # In a thread: starting waits until the fork server has imported the libraries.
+        starting = threading.Thread(target=pool.start, name="fedtune-worker-start", daemon=True)
+        starting.start()
+        _prestarted[(pool.job_json, size)] = (pool, starting)
 
 
 def tenant_runner(job: JobConfig, tenants: Any, workers: int | str) -> InProcessRunner | WorkerPool:
@@ -193,7 +217,11 @@ def tenant_runner(job: JobConfig, tenants: Any, workers: int | str) -> InProcess
     if size == 1:
         return InProcessRunner(tenants, job.engine.step_threads)
     pool = WorkerPool(job, size)
-    return _prestarted.pop((pool.job_json, size), pool)
+    prestarted = _prestarted.pop((pool.job_json, size), None)
+    if prestarted is None:
+        return pool
+    prestarted[1].join()
+    return prestarted[0]
 
 
 @contextmanager
@@ -215,8 +243,11 @@ def step_threads(threads: int | None) -> Iterator[None]:
 class _Worker:
     def __init__(self, context: Any, job_json: str, threads: int) -> None:
         self.conn, child = context.Pipe()
+        # The fault spec travels as an argument: a forked worker has the fork server's
+        # environment, not this process's.
+        fault = os.environ.get(FAULT_ENV)
         self.process = context.Process(
-            target=_worker_main, args=(child, job_json, threads), daemon=True
+            target=_worker_main, args=(child, job_json, threads, fault), daemon=True
         )
         self.process.start()
         child.close()
@@ -268,13 +299,13 @@ def _split_steps(job: JobConfig) -> int | None:
 
 
 class WorkerPool:
-    """``size`` spawned workers for one job; use as a context manager."""
+    """``size`` worker processes for one job; use as a context manager."""
 
     def __init__(self, job: JobConfig, size: int) -> None:
         self.job = job
         self.size = size
         self.threads = job.engine.step_threads or threads_per_worker(size)
-        self._context = multiprocessing.get_context("spawn")
+        self._context = _start_context()
         self.job_json = json.dumps(job.model_dump(mode="json"))
         self._workers: list[_Worker] = []
 
