@@ -175,3 +175,23 @@ def test_three_tenants_on_two_workers_share_the_steps_evenly() -> None:
     assert second == [Task("client", 1, "b", stop=15), tasks[2]]
     assert share_steps(tasks, 3, 30) == [[t] for t in tasks]  # nothing to cut
     assert share_steps(tasks, 2, None) == [tasks, []]  # not splittable: one shared queue
+
+
+@pytest.mark.slow
+def test_the_cli_starts_its_workers_before_the_engine_and_stays_bitwise_equal(
+    make_job: Callable[..., JobConfig], tmp_path: Path
+) -> None:
+    import yaml
+
+    from fedtune.cli.main import main
+    from fedtune.engines import workers
+
+    finals = []
+    for count in ("1", "2"):
+        job = make_job(rounds=1, **PINNED)
+        path = tmp_path / f"job-{count}.yaml"
+        path.write_text(yaml.safe_dump(job.model_dump(mode="json")), encoding="utf-8")
+        assert main(["run", str(path), "--no-progress", "--workers", count]) == 0
+        finals.append(ServerState.load(layout.JobStores(job).provider(), layout.state_key(1)).tensors)
+    _assert_bitwise(*finals)
+    assert not workers._prestarted  # the pool started early was the one the run used

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,9 @@ def _peer_job(workspace: Workspace, spec: SystemSpec, peer: PeerJob, log: Log) -
             runs.append((run_name(workers), argv, 1))
         for rep in range(spec.peer.reps):
             for name, argv, threads in runs:
+                # Every fedtune run starts as a first run: the last one's stores are removed
+                # here, untimed, rather than by `--fresh` inside the timed process.
+                shutil.rmtree(job.workdir, ignore_errors=True)
                 seconds = _timed(argv, threads)
                 times.setdefault(name, []).append(seconds)
                 log(f"peer {peer.name} rep {rep + 1}: {name} {seconds:.1f} s")
