@@ -205,9 +205,9 @@ def _checkpoint(
         for key, value in state.items():
             tensors[f"optimizer/{index}/{key}"] = torch.as_tensor(value).clone()
     tensors["rng"] = torch.get_rng_state()
-    # JSON writes floats with repr, which reads back to the same double.
-    meta = {"steps": len(losses), "losses": losses, "tokens": tokens, "seconds": seconds,
-            "values": part.values}
+    # float64 holds each Python float exactly (and a diverged step's NaN, which JSON cannot).
+    tensors["losses"] = torch.tensor(losses, dtype=torch.float64)
+    meta = {"steps": len(losses), "tokens": tokens, "seconds": seconds, "values": part.values}
     return tensors, meta
 
 
@@ -232,7 +232,7 @@ def _restore(
             state.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
     torch.set_rng_state(tensors["rng"])
-    return [float(x) for x in meta["losses"]], int(meta["tokens"]), float(meta["seconds"])
+    return tensors["losses"].tolist(), int(meta["tokens"]), float(meta["seconds"])
 
 
 def proximal_term(anchor: dict[str, torch.Tensor], weight: float) -> Regularizer:
