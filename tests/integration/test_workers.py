@@ -121,3 +121,77 @@ def test_the_job_file_takes_an_engine_name_or_an_object(tmp_path: Path) -> None:
     assert (job.engine.name, job.engine.workers) == ("local", "auto")
     with pytest.raises(ConfigError, match="workers=0"):
         parse_job({**base, "engine": {"workers": 0}})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({}, id="fedavg-adamw"),
+        pytest.param({"algorithm": {"name": "scaffold"}, "training": {**SGD, "local_steps": 3}}, id="scaffold"),
+        pytest.param({"algorithm": {"name": "fedprox", "mu": 0.1}}, id="fedprox"),
+    ],
+)
+def test_a_client_step_cut_in_parts_equals_the_whole_step_bitwise(
+    make_job: Callable[..., JobConfig], fields: dict[str, Any]
+) -> None:
+    # What the pool does to share 3 tenants over 2 workers: one tenant's steps run in two
+    # processes one after the other, through a checkpoint in the tenant's own store.
+    from fedtune.core.messages import Update
+    from fedtune.engines import steps
+
+    # LoRA dropout draws from torch's RNG: the checkpoint must carry it too.
+    fields = {
+        "training": {**SGD, "optimizer": "adamw", "local_steps": 3},
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.1},
+    } | fields
+    updates = []
+    for cuts in [(), (1,), (1, 2)]:
+        job = make_job(**fields)
+        provider = steps.ProviderEnv.create(job)
+        steps.init_step(provider)
+        steps.configure_step(provider, 1)
+        env = steps.TenantEnvs(job)["tenant-b"]  # a fresh env: a worker has only the store
+        bounds = [0, *cuts, None]
+        for start, stop in zip(bounds, bounds[1:], strict=False):
+            out = steps.client_step_part(steps.TenantEnvs(job)["tenant-b"], 1, start, stop)
+            assert ("suspended" in out) == (stop is not None)
+        assert not env.own.list("partial-step/")  # the checkpoint is gone once continued
+        updates.append(Update.load(env.exchange, layout.update_key(1)))
+    whole, *parts = updates
+    for part in parts:
+        _assert_bitwise(whole.tensors, part.tensors)
+        for key in ("train_loss", "eval_loss", "steps", "tokens", "num_samples"):
+            assert part.meta[key] == whole.meta[key], key
+    assert whole.meta["eval_loss"] is not None and whole.meta["steps"] == 3
+
+
+def test_three_tenants_on_two_workers_share_the_steps_evenly() -> None:
+    from fedtune.engines.workers import Task, share_steps
+
+    tasks = [Task("client", 1, name) for name in "abc"]
+    first, second = share_steps(tasks, 2, 30)
+    # 45 steps each: tenant b's first 15 steps open the second queue, its last 15 close the first.
+    assert first == [tasks[0], Task("client", 1, "b", start=15)]
+    assert second == [Task("client", 1, "b", stop=15), tasks[2]]
+    assert share_steps(tasks, 3, 30) == [[t] for t in tasks]  # nothing to cut
+    assert share_steps(tasks, 2, None) == [tasks, []]  # not splittable: one shared queue
+
+
+@pytest.mark.slow
+def test_the_cli_starts_its_workers_before_the_engine_and_stays_bitwise_equal(
+    make_job: Callable[..., JobConfig], tmp_path: Path
+) -> None:
+    import yaml
+
+    from fedtune.cli.main import main
+    from fedtune.engines import workers
+
+    finals = []
+    for count in ("1", "2"):
+        job = make_job(rounds=1, **PINNED)
+        path = tmp_path / f"job-{count}.yaml"
+        path.write_text(yaml.safe_dump(job.model_dump(mode="json")), encoding="utf-8")
+        assert main(["run", str(path), "--no-progress", "--workers", count]) == 0
+        finals.append(ServerState.load(layout.JobStores(job).provider(), layout.state_key(1)).tensors)
+    _assert_bitwise(*finals)
+    assert not workers._prestarted  # the pool started early was the one the run used

@@ -60,6 +60,11 @@ class Algorithm(ABC, Generic[C]):
     #: models): the final evaluate step then also runs :meth:`evaluate_kept` and
     #: :meth:`export_kept` on the tenant's last client state, in the tenant's process.
     tenant_keeps_model: ClassVar[bool] = False
+    #: Whether the client step may be cut at a local step boundary and continued in another
+    #: worker process (:class:`fedtune.training.local.Segment`): true where it calls
+    #: ``train_local`` once and computes nothing else before it but through
+    #: ``before_training``. The worker pool then shares a round's tenants evenly over its cores.
+    splittable_client_step: ClassVar[bool] = False
 
     def __init__(self, config: C) -> None:
         self.config = config

@@ -24,7 +24,13 @@ from fedtune.eval.loss import lm_eval_loss
 from fedtune.models import lora as lora_helpers
 from fedtune.models.loading import save_pretrained_dir
 from fedtune.training.context import ProviderContext, TenantContext, TenantData, derive_seed
-from fedtune.training.local import Regularizer, TrainResult, plan_steps, train_local
+from fedtune.training.local import (
+    Regularizer,
+    TrainResult,
+    before_training,
+    plan_steps,
+    train_local,
+)
 
 C = TypeVar("C")
 
@@ -104,9 +110,7 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         global_adapter = broadcast.group("adapter")
         model = ctx.peft_model(global_adapter)
         round_index = int(broadcast.meta["round"])
-        eval_started = time.perf_counter()
-        eval_loss = self._eval_loss(ctx, model, data)
-        eval_seconds = time.perf_counter() - eval_started
+        eval_loss, eval_seconds = before_training("eval", lambda: self._timed_eval(ctx, model, data))
         params = lora_helpers.trainable_parameters(model)
         encoded = ctx.encode(data.train)
         steps = plan_steps(ctx.training, len(encoded))
@@ -146,6 +150,12 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         loss = self._eval_loss(ctx, model, data)
         return {} if loss is None else {"eval_loss": loss}
 
+    def _timed_eval(
+        self, ctx: TenantContext, model: torch.nn.Module, data: TenantData
+    ) -> tuple[float | None, float]:
+        started = time.perf_counter()
+        return self._eval_loss(ctx, model, data), time.perf_counter() - started
+
     @staticmethod
     def _eval_loss(ctx: TenantContext, model: torch.nn.Module, data: TenantData) -> float | None:
         if not data.eval:  # eval_fraction 0 or a tiny dataset: nothing held out
@@ -179,3 +189,5 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
 @register("fedavg")
 class FedAvg(LoraFedAlgorithm[FedAvgConfig]):
     """Sample-weighted FedAvg of LoRA adapters."""
+
+    splittable_client_step = True

@@ -5,7 +5,8 @@ LoRA training (FedAvg, batch ``batch_size``, ``max_seq_len`` tokens), measured a
 wall time (imports, data, model, training, aggregation; fedtune also stores every message and
 exports the final model). The bare loop runs the tenants one after another on one thread;
 fedtune runs with 1 worker (in-process) and with N worker processes. Runs alternate so that a
-busy machine slows both sides alike. ``python -m fedtune.benchmarks.peer JOB.json`` is the bare
+busy machine slows both sides alike. Two jobs by default (:data:`~fedtune.benchmarks.system.
+SMALL_PEER`, where fixed costs dominate, and :data:`~fedtune.benchmarks.system.LARGE_PEER`). ``python -m fedtune.benchmarks.peer JOB.json`` is the bare
 loop itself.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,9 +31,7 @@ from fedtune.benchmarks.suite import load_manifest
 from fedtune.benchmarks.workspace import Workspace
 
 if TYPE_CHECKING:
-    from fedtune.benchmarks.system import SystemSpec
-
-PEER_AIM = 0.7  # fedtune with N workers / the bare sequential loop, on 2 cores
+    from fedtune.benchmarks.system import PeerJob, SystemSpec
 
 Log = Callable[[str], None]
 
@@ -46,9 +46,21 @@ def _timed(argv: Sequence[str], threads: int) -> float:
     return seconds
 
 
+def run_name(workers: int) -> str:
+    """The row name of fedtune with ``workers`` workers."""
+    return f"fedtune, {workers} worker(s)"
+
+
 def peer_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dict[str, Any]:
-    """Whole-process wall time of the bare loop and of fedtune with 1 and N workers."""
-    peer = spec.peer
+    """Whole-process wall time of the bare loop and of fedtune, for every peer job."""
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "commit": _commit(),
+        "jobs": [_peer_job(workspace, spec, job, log) for job in spec.peer.jobs],
+    }
+
+
+def _peer_job(workspace: Workspace, spec: SystemSpec, peer: PeerJob, log: Log) -> dict[str, Any]:
     settings = replace(spec, batch_size=peer.batch_size, max_seq_len=peer.max_seq_len)
     manifest = load_manifest(workspace.suite_dir)
     tenants = sorted(manifest["tenants"], key=lambda t: -manifest["tenants"][t]["records"])
@@ -75,24 +87,40 @@ def peer_vs_bare(workspace: Workspace, spec: SystemSpec, log: Log) -> dict[str, 
         for workers in peer.workers:
             argv = [sys.executable, "-m", "fedtune.cli.main", "run", str(job_file), "--fresh",
                     "--no-progress", "--workers", str(workers)]
-            runs.append((f"fedtune, {workers} worker(s)", argv, 1))
-        for rep in range(peer.reps):
+            runs.append((run_name(workers), argv, 1))
+        for rep in range(spec.peer.reps):
             for name, argv, threads in runs:
+                # Every fedtune run starts as a first run: the last one's stores are removed
+                # here, untimed, rather than by `--fresh` inside the timed process.
+                shutil.rmtree(job.workdir, ignore_errors=True)
                 seconds = _timed(argv, threads)
                 times.setdefault(name, []).append(seconds)
-                log(f"peer rep {rep + 1}: {name} {seconds:.1f} s")
+                log(f"peer {peer.name} rep {rep + 1}: {name} {seconds:.1f} s")
     best = {name: min(values) for name, values in times.items()}
-    rows = [
-        {"run": name, "seconds": best[name], "ratio": best[name] / best["bare"], "all": times[name]}
-        for name in times
-    ]
+    aims = {run_name(w): aim for w, aim in peer.aims.items()}
+    rows = []
+    for name in times:
+        ratio = best[name] / best["bare"]
+        row = {"run": name, "seconds": best[name], "ratio": ratio, "all": times[name]}
+        if name in aims:
+            row |= {"aim": aims[name], "met": ratio <= aims[name]}
+        rows.append(row)
     return {
+        "name": peer.name,
         "job": {"rounds": peer.rounds, "tenants": len(tenants), "steps": peer.steps,
                 "batch_size": peer.batch_size, "max_seq_len": peer.max_seq_len, "model": spec.model},
-        "cores": len(os.sched_getaffinity(0)),
         "rows": rows,
-        "aim": PEER_AIM,
     }
+
+
+def _commit() -> str | None:
+    """The checked-out commit the measurement ran on (None outside a git checkout)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=False, timeout=10, cwd=Path(__file__).parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def bare_federated_loop(job_path: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from fedtune.benchmarks.pretrain import ModelShape, PretrainSpec
 from fedtune.benchmarks.quality import QualitySpec
 from fedtune.benchmarks.server_memory import ServerMemorySpec
 from fedtune.benchmarks.suite import SuiteSpec
-from fedtune.benchmarks.system import PeerSpec, SystemSpec
+from fedtune.benchmarks.system import PeerJob, PeerSpec, SystemSpec
 from fedtune.core.errors import ConfigError
 
 __all__ = ["PRESETS", "Preset", "get_preset"]
@@ -177,7 +177,11 @@ _CI = Preset(
         engine_local_steps=1,
         algorithms=("fedavg", "scaffold"),
         deepspeed=False,
-        peer=PeerSpec(rounds=1, tenants=2, steps=2, batch_size=4, workers=(1, 2), reps=1),
+        peer=PeerSpec(
+            jobs=(PeerJob("tiny", rounds=1, tenants=2, steps=2, batch_size=4, max_seq_len=64,
+                          workers=(1, 2), aims={1: 1.15}),),
+            reps=1,
+        ),
         server=ServerMemorySpec(
             hidden_size=32,
             num_layers=1,

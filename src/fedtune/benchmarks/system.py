@@ -48,15 +48,36 @@ BYTES_AIM: Final = 1.01
 
 
 @dataclass(frozen=True)
-class PeerSpec:
-    """The peer job: a whole federated run, fedtune against a bare sequential loop."""
+class PeerJob:
+    """One peer job: a whole federated FedAvg run, fedtune against a bare sequential loop.
 
-    rounds: int = 5
-    tenants: int = 3
-    steps: int = 30
-    batch_size: int = 8
-    max_seq_len: int = 128
-    workers: tuple[int, ...] = (1, 2)
+    ``aims``: the most each fedtune run (by worker count) may take, as a multiple of the
+    bare loop's whole-process wall time.
+    """
+
+    name: str
+    rounds: int
+    tenants: int
+    steps: int
+    batch_size: int
+    max_seq_len: int
+    workers: tuple[int, ...] = (1,)
+    aims: Mapping[int, float] = field(default_factory=dict)
+
+
+# Issue 15: fedtune's fixed cost on a short job, and its overhead on a longer one; issue 18:
+# two worker processes on two cores against the sequential loop.
+SMALL_PEER = PeerJob("small", rounds=3, tenants=3, steps=10, batch_size=4, max_seq_len=64,
+                     workers=(1,), aims={1: 1.15})
+LARGE_PEER = PeerJob("large", rounds=5, tenants=3, steps=30, batch_size=8, max_seq_len=128,
+                     workers=(1, 2), aims={1: 1.05, 2: 0.7})
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """The peer jobs, and how many alternating repetitions of each (best of)."""
+
+    jobs: tuple[PeerJob, ...] = (SMALL_PEER, LARGE_PEER)
     reps: int = 2
 
 
@@ -93,6 +114,10 @@ class SystemSpec:
         """Plain JSON form."""
         data = asdict(self)
         data["algorithm_params"] = {k: dict(v) for k, v in self.algorithm_params.items()}
+        data["peer"]["jobs"] = [
+            {**asdict(job), "aims": {str(k): v for k, v in job.aims.items()}}
+            for job in self.peer.jobs
+        ]
         return data
 
 

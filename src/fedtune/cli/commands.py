@@ -60,11 +60,16 @@ def register_validate(sub: Any) -> None:
 
 # -- run ------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
+    from fedtune.engines.workers import prestart
+
+    job = load_job(args.job)
+    if (args.engine or job.engine.name) == "local":
+        # Worker processes start before this one imports the engine: their start-up overlaps.
+        prestart(job, args.workers if args.workers is not None else job.engine.workers)
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
     from fedtune.engines.preflight import check_summary_path, check_workdir
     from fedtune.engines.stopping import graceful_stop
 
-    job = load_job(args.job)
     check_workdir(job)
     path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     check_summary_path(path)

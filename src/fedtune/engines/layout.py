@@ -115,6 +115,12 @@ def client_state_key(round_index: int) -> str:
     return f"client-state/{round_tag(round_index)}"
 
 
+def partial_step_key(round_index: int) -> str:
+    """A client step's local training cut at a step boundary, for the worker that continues
+    it (in the tenant's own store; removed once continued)."""
+    return f"partial-step/{round_tag(round_index)}"
+
+
 def audit_report_key(round_index: int) -> str:
     """The tenant's full audit (line numbers, scores, generations), in its own store."""
     return f"audit/memorization-{round_tag(round_index)}.json"

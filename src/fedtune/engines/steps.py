@@ -241,6 +241,38 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     }
 
 
+def client_step_part(
+    env: TenantEnv, round_index: int, start: int, stop: int | None
+) -> dict[str, Any]:
+    """Tenant: local steps ``start`` to ``stop`` (None: the end) of its client step.
+
+    A part that stops early saves its training state in the tenant's own store and returns
+    ``{"suspended": steps}``; the part that reaches the end returns what :func:`client_step`
+    returns. Run one after the other, the parts give the uninterrupted step's bits.
+    """
+    from fedtune.core.messages import Message
+    from fedtune.training.local import Segment, Suspended, segment
+
+    key = layout.partial_step_key(round_index)
+
+    def save(checkpoint: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        Message(tensors=checkpoint[0], meta=checkpoint[1]).save(env.own, key)
+
+    def load() -> tuple[dict[str, Any], dict[str, Any]]:
+        saved = Message.load(env.own, key)
+        return saved.tensors, saved.meta
+
+    try:
+        with segment(Segment(start=start, stop=stop, load=load, save=save)):
+            out = client_step(env, round_index)
+    except Suspended as cut:
+        return {"suspended": cut.steps}
+    if start:
+        for suffix in (".json", ".safetensors"):
+            env.own.delete(key + suffix)
+    return out
+
+
 def train_client(env: TenantEnv, round_index: int) -> Update:
     """Tenant: the algorithm's client step on the round's broadcast; keeps its client state."""
     own = env.own

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from fedtune.engines import layout
-
 if TYPE_CHECKING:
     from fedtune.engines import steps
 
@@ -34,6 +32,8 @@ def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) ->
 
 def failure_tag(kind: TenantKind, round_index: int) -> str:
     """Name of the tenant's private error file for a failed step (``errors/<tag>.txt``)."""
+    from fedtune.engines import layout  # here: the worker pool imports this module before torch
+
     if kind.startswith("secagg-"):
         return f"{layout.round_tag(round_index)}-{kind}"
     return layout.round_tag(round_index) if kind == "client" else kind

@@ -9,7 +9,10 @@ Pickled ``*.bin`` weights are refused: loading them runs code chosen by whoever 
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -191,7 +194,8 @@ def save_pretrained_dir(
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
+    with _no_deepspeed_probe():
+        model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     # transformers 5 writes safetensors only; check, since a pickle here would cross to tenants.
     pickled = sorted(p.name for p in out.glob("*.bin"))
@@ -202,3 +206,25 @@ def save_pretrained_dir(
         )
     logger.info("saved %s to %s", type(model).__name__, out)
     return out
+
+
+@contextmanager
+def _no_deepspeed_probe() -> Iterator[None]:
+    """Keep ``save_pretrained`` from importing DeepSpeed (seconds, and MLflow with it).
+
+    transformers unwraps the model with accelerate, which imports DeepSpeed whenever it is
+    installed, only to test ``isinstance(model, DeepSpeedEngine)``. A model can be wrapped in
+    that engine only once DeepSpeed is imported, so the probe is answered from ``sys.modules``
+    for the duration of the save; a run that trains with DeepSpeed still gets the real test.
+    """
+    try:
+        from accelerate.utils import other
+    except ImportError:  # pragma: no cover - transformers then unwraps without accelerate
+        yield
+        return
+    probe = other.is_deepspeed_available
+    other.is_deepspeed_available = lambda: "deepspeed" in sys.modules and probe()
+    try:
+        yield
+    finally:
+        other.is_deepspeed_available = probe

@@ -46,6 +46,7 @@ from fedtune.training.local import Batch, batch_indices
 from fedtune.training.progress import ProgressHook, logged_progress
 
 T = TypeVar("T")
+_ENCODED_KEPT = 8  # encodings a context keeps: a tenant's train and eval splits, a public set
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,23 @@ class _Encoding:
         raise NotImplementedError
 
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
-        """Tokenize examples with response-only labels."""
-        # Records whose prompt alone exceeds max_seq_len are skipped (and counted in the log).
-        return encode_examples(examples, self.tokenizer(), self.training.max_seq_len)
+        """Tokenize examples with response-only labels.
+
+        A tenant's data object is the same every round, so its encoding is kept (per
+        examples object and tokenizer) instead of being redone in every client step.
+        """
+        tokenizer = self.tokenizer()
+        cache: dict[tuple[int, int], Any] = self.__dict__.setdefault("_encoded", {})
+        key = (id(examples), id(tokenizer))
+        hit = cache.get(key)
+        # The cache holds the examples and the tokenizer, so their ids cannot be reused.
+        if hit is None or hit[0] is not examples or hit[1] is not tokenizer:
+            # Records whose prompt alone exceeds max_seq_len are skipped (counted in the log).
+            hit = (examples, tokenizer, encode_examples(examples, tokenizer, self.training.max_seq_len))
+            cache[key] = hit
+            while len(cache) > _ENCODED_KEPT:  # one-off encodings (single examples) pass through
+                del cache[next(iter(cache))]
+        return list(hit[2])
 
     def train_batches(
         self, encoded: Sequence[dict[str, list[int]]], steps: int, seed: int

@@ -3,6 +3,13 @@
 Algorithms customise it through two hooks instead of copies of the loop: a ``regularizer``
 added to the loss (FedProx's and FedBiOT's proximal terms) and a ``grad_correction`` added to
 the gradients after backward (SCAFFOLD's ``c - c_i``).
+
+A :class:`Segment` cuts the loop at a step boundary so that two processes can run one client
+step one after the other (the worker pool's way of sharing a round's last tenant between
+cores): the first saves everything the remaining steps read (trainable weights, optimizer
+moments, the RNG, the losses so far) and raises :class:`Suspended`; the second restores it
+and goes on. The arithmetic of every step is the same as in one uninterrupted loop, so the
+result is bitwise equal.
 """
 
 from __future__ import annotations
@@ -10,8 +17,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -20,6 +29,65 @@ from fedtune.config.job import TrainingConfig
 
 Batch = dict[str, torch.Tensor]
 Regularizer = Callable[[dict[str, nn.Parameter]], torch.Tensor]
+T = TypeVar("T")
+Checkpoint = tuple[dict[str, torch.Tensor], dict[str, Any]]  # tensors, JSON metadata
+
+
+@dataclass
+class Segment:
+    """The steps of one client step's local training that this process runs.
+
+    ``start`` steps were run elsewhere and are restored from ``load()``; at ``stop`` (None:
+    the end) the state is handed to ``save`` and :class:`Suspended` is raised. ``values``
+    carries what the client step computed before training (its eval loss) to the
+    continuation, so it is not computed twice.
+    """
+
+    start: int
+    stop: int | None
+    load: Callable[[], Checkpoint]
+    save: Callable[[Checkpoint], None]
+    values: dict[str, Any] = field(default_factory=dict)
+    _loaded: Checkpoint | None = field(default=None, repr=False)
+
+    def restored(self) -> Checkpoint:
+        """The earlier segment's state (read once); its ``values`` become this one's."""
+        if self._loaded is None:
+            self._loaded = self.load()
+            self.values.update(self._loaded[1].get("values") or {})
+        return self._loaded
+
+
+class Suspended(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Local training stopped at its segment's end; the state is saved for the continuation."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"local training suspended after {steps} step(s)")
+        self.steps = steps
+
+
+_SEGMENT: ContextVar[Segment | None] = ContextVar("fedtune_training_segment", default=None)
+
+
+@contextmanager
+def segment(part: Segment) -> Iterator[Segment]:
+    """Run the block's (single) :func:`train_local` call as ``part``."""
+    token = _SEGMENT.set(part)
+    try:
+        yield part
+    finally:
+        _SEGMENT.reset(token)
+
+
+def before_training(name: str, compute: Callable[[], T]) -> T:
+    """``compute()``, or its value from the segment that ran the first steps."""
+    part = _SEGMENT.get()
+    if part is None:
+        return compute()
+    if part.start and name in part.restored()[1].get("values", {}):
+        return part.values[name]  # type: ignore[no-any-return]
+    part.values[name] = value = compute()
+    return value
 
 
 @dataclass(frozen=True)
@@ -89,8 +157,21 @@ def train_local(
     model.train()
     losses: list[float] = []
     tokens = 0
+    spent = 0.0  # seconds of steps run by an earlier segment
+    part = _SEGMENT.get()
+    batches = iter(batches)
+    if part is not None and part.start:
+        losses, tokens, spent = _restore(part, params, optimizer)
+        for _ in range(part.start):  # the same seeded order: skip what was trained
+            next(batches)
     started = time.perf_counter()
-    for step, batch in enumerate(batches, start=1):
+    step = len(losses)
+    for batch in batches:
+        if part is not None and part.stop is not None and step == part.stop:
+            part.save(_checkpoint(part, params, optimizer, losses, tokens,
+                                  spent + time.perf_counter() - started))
+            raise Suspended(step)
+        step += 1
         optimizer.zero_grad(set_to_none=True)
         loss = model(**batch).loss
         total = loss + regularizer(params) if regularizer is not None else loss
@@ -105,9 +186,53 @@ def train_local(
         if progress is not None:
             progress(step, losses[-1])
     model.eval()
-    seconds = time.perf_counter() - started
+    seconds = spent + time.perf_counter() - started
     mean = sum(losses) / len(losses) if losses else float("nan")
     return TrainResult(loss=mean, steps=len(losses), tokens=tokens, seconds=seconds)
+
+
+def _checkpoint(
+    part: Segment,
+    params: dict[str, nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    losses: list[float],
+    tokens: int,
+    seconds: float,
+) -> Checkpoint:
+    """Everything the remaining steps read: weights, optimizer moments, RNG, losses so far."""
+    tensors = {f"param/{n}": p.detach().clone() for n, p in params.items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            tensors[f"optimizer/{index}/{key}"] = torch.as_tensor(value).clone()
+    tensors["rng"] = torch.get_rng_state()
+    # float64 holds each Python float exactly (and a diverged step's NaN, which JSON cannot).
+    tensors["losses"] = torch.tensor(losses, dtype=torch.float64)
+    meta = {"steps": len(losses), "tokens": tokens, "seconds": seconds, "values": part.values}
+    return tensors, meta
+
+
+def _restore(
+    part: Segment, params: dict[str, nn.Parameter], optimizer: torch.optim.Optimizer
+) -> tuple[list[float], int, float]:
+    tensors, meta = part.restored()
+    if meta.get("steps") != part.start or set(params) != {
+        k.removeprefix("param/") for k in tensors if k.startswith("param/")
+    }:
+        raise RuntimeError(
+            f"the saved local-training state ({meta.get('steps')} steps) does not continue "
+            f"this segment (from step {part.start})"
+        )
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(tensors[f"param/{name}"])
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer/"):
+            _, index, name = key.split("/", 2)
+            state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+    torch.set_rng_state(tensors["rng"])
+    return tensors["losses"].tolist(), int(meta["tokens"]), float(meta["seconds"])
 
 
 def proximal_term(anchor: dict[str, torch.Tensor], weight: float) -> Regularizer:

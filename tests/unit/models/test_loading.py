@@ -136,3 +136,23 @@ def test_loads_from_s3_prefix(s3: None, saved: Path) -> None:
 def test_empty_s3_prefix_is_a_model_error(s3: None) -> None:
     with pytest.raises(ModelError, match="no model files found under 's3://models/none'"):
         load_pretrained("s3://models/none")
+
+
+def test_saving_does_not_import_deepspeed(tmp_path: Path) -> None:
+    # accelerate's unwrap would import DeepSpeed (and MLflow with it: seconds) on every export.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fedtune.models import build_tiny_model, save_pretrained_dir, train_tokenizer\n"
+        "tok = train_tokenizer(['a b c d'] * 4, vocab_size=280)\n"
+        "model = build_tiny_model('llama', vocab_size=len(tok), hidden_size=16, num_layers=1,"
+        " num_heads=2, intermediate_size=32, max_position_embeddings=32, seed=0,"
+        " bos_token_id=1, eos_token_id=2, pad_token_id=0)\n"
+        f"save_pretrained_dir(model, tok, {str(tmp_path / 'm')!r})\n"
+        "sys.exit('deepspeed' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "m" / "model.safetensors").is_file()

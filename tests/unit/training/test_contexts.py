@@ -160,3 +160,23 @@ def test_a_fedmkt_tenant_context_has_its_own_model_and_the_shared_public_set() -
     assert ctx.base.model is not None and ctx.base.model.arch == "gpt2"
     assert ctx.base.tokenizer_spec == "builtin"
     assert ctx.public_data_uri == "s3://provider-public/public.jsonl"
+
+
+def test_a_tenants_data_is_tokenized_once_per_tokenizer(caplog: pytest.LogCaptureFixture) -> None:
+    from fedtune.data.formats import Example
+
+    job = parse_job(job_dict(model={"source": "tiny"}, training={"max_seq_len": 96}))
+    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=True)
+    examples = [Example("hi", "", "yes"), Example("a prompt far too long " * 40, "", "no")]
+    with caplog.at_level("WARNING", logger="fedtune.data.tokenize"):
+        first, again = ctx.encode(examples), ctx.encode(examples)
+    assert first == again and len(first) == 1
+    # The skipped record is reported once, not once per round.
+    assert sum("skipped 1 example" in r.message for r in caplog.records) == 1
+    again.clear()  # callers get their own list
+    assert ctx.encode(examples) == first
+    # Another tokenizer (a broadcast package's) encodes afresh.
+    ctx.adopt_tokenizer(tokenizer_to_tensors(load_tokenizer("builtin")))
+    with caplog.at_level("WARNING", logger="fedtune.data.tokenize"):
+        ctx.encode(examples)
+    assert sum("skipped 1 example" in r.message for r in caplog.records) == 2
