@@ -117,6 +117,9 @@ def run_job(job: JobConfig, options: RunOptions | None = None) -> dict[str, Any]
     from fedtune.pipelines.builder import compile_pipeline
     from fedtune.pipelines.plan import plan_job
 
+    from fedtune.engines.privacy_steps import refuse_pipeline
+
+    refuse_pipeline(job)
     options = options or RunOptions()
     env = steps.ProviderEnv.create(job)
     store = env.store()

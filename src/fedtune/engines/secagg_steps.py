@@ -35,7 +35,14 @@ from fedtune.aggregation import validate_update
 from fedtune.core.errors import ConfigError, FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.engines import layout
-from fedtune.engines.steps import ProviderEnv, TenantEnv, _check_sample_count, _weighted, train_client
+from fedtune.engines.steps import (
+    ProviderEnv,
+    TenantEnv,
+    _check_sample_count,
+    _weighted,
+    fold_updates,
+    train_client,
+)
 from fedtune.secagg import fixedpoint, vector
 from fedtune.secagg import protocol as p
 
@@ -338,7 +345,7 @@ def aggregate_step(
     validate_update(SUM_NAME, mean_tensors, specs, env.job.limits.max_update_bytes)
     summed = Update(tensors=mean_tensors, meta={"num_samples": int(total_weight)})
     state = ServerState.load(store, layout.state_key(round_index - 1))
-    new_state = env.algorithm.aggregate(env.ctx, state, {SUM_NAME: summed}, round_index)
+    new_state = fold_updates(env, state, {SUM_NAME: summed}, round_index, contributors=len(masked))
     compute = time.perf_counter() - compute_started
     new_state.save(store, key)
     metas = [u.meta for u in updates.values()]

@@ -72,9 +72,11 @@ def compile_job(
     Raises:
         ConfigError: The run is above the size bound, or the job cannot run in a cluster.
     """
+    from fedtune.engines import privacy_steps
     from fedtune.engines.secagg_steps import refuse_pipeline
 
     refuse_pipeline(job)
+    privacy_steps.refuse_pipeline(job)
     plan = plan_job(job, start_round, rounds)
     check_size(plan, job)
     if settings is not None:
