@@ -123,18 +123,18 @@ class DifferentialPrivacyConfig(StrictModel):
         adaptive = self.clipping.adaptive
         if adaptive is not None and self.placement == "distributed":
             problems.append(
-                "clipping.adaptive with placement: distributed: the count of unclipped updates "
+                "differential_privacy.clipping.adaptive with placement: distributed: the count of unclipped updates "
                 "would reach the provider un-noised per tenant; use clipping.norm, or placement: central"
             )
         if adaptive is not None and secure_aggregation:
             problems.append(
-                "clipping.adaptive with secure_aggregation: each tenant's clipped/unclipped bit "
+                "differential_privacy.clipping.adaptive with secure_aggregation: each tenant's clipped/unclipped bit "
                 "would reach the provider outside the masked sum; use clipping.norm"
             )
         if adaptive is not None and math.isinf(self.delta_noise_multiplier(sampled)):
             sigma_b = adaptive.count_noise_for(sampled)
             problems.append(
-                f"clipping.adaptive.count_noise={sigma_b:g} leaves no budget for the update: "
+                f"differential_privacy.clipping.adaptive.count_noise={sigma_b:g} leaves no budget for the update: "
                 f"Andrew et al. need 2 * count_noise > noise_multiplier={self.noise_multiplier:g}; "
                 f"set clipping.adaptive.count_noise above {self.noise_multiplier / 2:g} (or lower "
                 "noise_multiplier)"

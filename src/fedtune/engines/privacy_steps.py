@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, PrivacyBudgetError
+from fedtune.core.errors import ConfigError, PrivacyBudgetError, UpdateRejected
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.engines import layout
 from fedtune.engines.steps import ProviderEnv, TenantEnv
@@ -113,6 +113,7 @@ def privatize_update(env: TenantEnv, round_index: int, update: Update) -> Update
 
     Raises:
         PrivacyBudgetError: The round's plan is missing from the tenant's exchange prefix.
+        UpdateRejected: The update has a non-finite value.
     """
     key = plan_key(round_index)
     if not env.exchange.exists(key):
@@ -122,9 +123,12 @@ def privatize_update(env: TenantEnv, round_index: int, update: Update) -> Update
         )
     plan = RoundPlan.from_json(env.exchange.get_json(key))
     broadcast = Broadcast.load(env.exchange, layout.round_broadcast_key(round_index))
-    adapter, fitted = privatize(
-        update.group("adapter"), broadcast.group("adapter"), plan, secret_generator()
-    )
+    try:
+        adapter, fitted = privatize(
+            update.group("adapter"), broadcast.group("adapter"), plan, secret_generator()
+        )
+    except ValueError as exc:  # a non-finite update: refused here, never uploaded
+        raise UpdateRejected(f"tenant {env.tenant.name!r}: {exc}") from None
     tensors = {k: v for k, v in update.tensors.items() if not k.startswith("adapter/")}
     meta = dict(update.meta)
     if plan.report_unclipped:  # adaptive clipping only: one bit, never the norm itself
