@@ -120,6 +120,12 @@ class DifferentialPrivacyConfig(StrictModel):
                 "tenant's weight grows with its claimed sample count (McMahan et al. 2018, Sec. 2); "
                 "set aggregation_weights: uniform"
             )
+        if self.placement == "distributed" and not secure_aggregation:
+            problems.append(
+                "differential_privacy.placement: distributed needs secure_aggregation.enabled: "
+                "true: without it the provider sees each update with only 1/n of the noise; "
+                "enable secure aggregation, or use placement: central"
+            )
         adaptive = self.clipping.adaptive
         if adaptive is not None and self.placement == "distributed":
             problems.append(

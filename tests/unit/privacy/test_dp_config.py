@@ -56,6 +56,7 @@ def test_off_by_default_and_the_target_does_not_change_the_fingerprint(tmp_path:
             {},
             "clipping.adaptive with placement: distributed",
         ),
+        ({**GOOD, "placement": "distributed"}, {}, "placement: distributed needs secure_aggregation.enabled: true"),
         (
             {"noise_multiplier": 1.0, "clipping": {"adaptive": {"count_noise": 5.0}}},
             {"secure_aggregation": {"enabled": True}},
