@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dp_accounting
 import pytest
 import torch
+import yaml
 from dp_accounting.rdp import RdpAccountant
 from mlflow.tracking import MlflowClient
 
 from fedtune.algorithms.fedavg import FedAvg
+from fedtune.cli.main import main
 from fedtune.config import JobConfig
 from fedtune.core.errors import PrivacyBudgetError, UpdateRejected
 from fedtune.core.messages import Broadcast, ServerState, Update
@@ -22,6 +25,8 @@ from fedtune.privacy.clipping import l2_norm
 from fedtune.tracking.base import NullTracker
 from fedtune.tracking.factory import make_tracker
 from fedtune.tracking.mlflow_tracker import local_tracking_uri
+
+from tests.integration.conftest import tiny_job_dict
 
 pytestmark = pytest.mark.slow  # whole jobs (about 25 s each on a busy 2-core machine)
 
@@ -150,3 +155,22 @@ def test_distributed_noise_lost_with_a_dropout_is_accounted_and_stops_the_run_in
     summary = run_job(job, NullTracker(), RunOptions(progress=False, resume=True))
     assert [r["round"] for r in summary["rounds"]] == [1, 2]
     assert summary["privacy"]["stopped_before_round"] == 3 and "model" in summary["artifacts"]
+
+
+def test_the_cli_prints_epsilon_and_refuses_a_target_no_round_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dp = {"noise_multiplier": 1.0, "clipping": {"norm": 0.05}}
+    job = tiny_job_dict(tmp_path / "w", rounds=1, algorithm=UNIFORM, differential_privacy=dp)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert main(["run", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"differential privacy: epsilon {_library_epsilon([1.0], 1e-5):.4g} at delta 1e-05" in out
+
+    job = tiny_job_dict(tmp_path / "w2", rounds=3, algorithm=UNIFORM, differential_privacy={**dp, "target_epsilon": 1.0})
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert main(["run", str(path), "--no-progress"]) == PrivacyBudgetError.exit_code
+    err = capsys.readouterr().err
+    assert "one round already gives epsilon=4.729" in err and "target_epsilon=1" in err
+    assert not (tmp_path / "w2" / "provider" / "jobs" / "itest" / "state").exists()
