@@ -174,3 +174,24 @@ def test_the_cli_prints_epsilon_and_refuses_a_target_no_round_fits(
     err = capsys.readouterr().err
     assert "one round already gives epsilon=4.729" in err and "target_epsilon=1" in err
     assert not (tmp_path / "w2" / "provider" / "jobs" / "itest" / "state").exists()
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [UNIFORM, {"name": "fedprox", "mu": 0.01, "aggregation_weights": "uniform"},
+     {"name": "fedadam", "aggregation_weights": "uniform"}],
+    ids=["fedavg", "fedprox", "fedadam"],
+)
+def test_with_clipping_that_never_binds_and_negligible_noise_dp_is_the_plain_algorithm(
+    make_job: Callable[..., JobConfig], algorithm: dict[str, Any]
+) -> None:
+    # One round: later rounds train from states that differ in the last float32 bits, and
+    # training amplifies that (FedProx's proximal term most).
+    plain = make_job(rounds=1, algorithm=algorithm)
+    run_job(plain, NullTracker(), QUIET)
+    private = _dp_job(make_job, {"noise_multiplier": 1e-9, "clipping": {"norm": 100.0}}, rounds=1, algorithm=algorithm)
+    run_job(private, NullTracker(), QUIET)
+    a, b = _adapter(plain, 1), _adapter(private, 1)
+    assert any(not torch.equal(a[k], _adapter(plain, 0)[k]) for k in a)  # the round moved the adapter
+    for key in a:  # noise std 1e-7 on the sum; float32 rounding of theta + delta
+        assert torch.allclose(a[key], b[key], atol=1e-6, rtol=0), key
