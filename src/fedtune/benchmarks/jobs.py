@@ -62,6 +62,7 @@ def bench_job(
     data_dir: Path | None = None,
     clients_per_round: int | None = None,
     tenant_model_dir: Path | None = None,
+    differential_privacy: Mapping[str, Any] | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
@@ -70,6 +71,7 @@ def bench_job(
     tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
     its own folder), the public set always from the suite. ``tenant_model_dir``: every
     tenant's own small model (FedMKT), a pretrained folder with its tokenizer.
+    ``differential_privacy``: the job's DP section (DP-FedAvg methods), or None.
     """
     params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
     if algorithm == "scaffold" and settings.optimizer != "sgd":
@@ -114,6 +116,7 @@ def bench_job(
             ],
             "public_data_uri": str((suite_dir / "public.jsonl").resolve()),
             "tracking": {"backend": "none"},
+            "differential_privacy": dict(differential_privacy) if differential_privacy else None,
         },
         source=f"benchmark job {name}",
     )

@@ -6,6 +6,10 @@ are read as YAML scalars, like ``--param``. The label, exactly as written, names
 row in the results and in the paper claims, so the same algorithm can run with several
 settings side by side. A variant's settings override ``--param ALGORITHM.FIELD=VALUE``,
 which applies to every variant of that algorithm.
+
+Settings named ``dp.FIELD`` go to the job's ``differential_privacy`` section instead of the
+algorithm's (over the benchmark's ``privacy`` defaults): ``fedavg@dp.noise_multiplier=1`` runs
+DP-FedAvg with noise multiplier 1 (and, as DP requires, uniform aggregation weights).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from fedtune.config.algorithms import AlgorithmConfig
 from fedtune.config.loading import format_validation_errors
 from fedtune.core.errors import ConfigError
 
-__all__ = ["VARIANT_SEP", "Method", "check_settings", "parse_method"]
+__all__ = ["DP_PREFIX", "VARIANT_SEP", "Method", "check_settings", "parse_method"]
 
 VARIANT_SEP: Final = "@"
+DP_PREFIX: Final = "dp."
 _FIX: Final = (
     "Write a variant as ALGORITHM@FIELD=VALUE, one @FIELD=VALUE per setting, "
     "e.g. fewfedpit@beta=0 or fewfedpit@beta=0.5@candidates=8."
@@ -37,6 +42,7 @@ class Method:
     label: str
     algorithm: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    privacy: Mapping[str, Any] = field(default_factory=dict)  # the dp.* settings
 
 
 def parse_method(label: str) -> Method:
@@ -61,7 +67,11 @@ def parse_method(label: str) -> Method:
         if key in params:
             raise ConfigError(f"method {label!r} sets {key!r} twice", fix=_FIX)
         params[key] = yaml.safe_load(value)
-    return Method(label=label, algorithm=algorithm, params=params)
+    privacy = {k.removeprefix(DP_PREFIX): v for k, v in params.items() if k.startswith(DP_PREFIX)}
+    if privacy:  # DP-FedAvg bounds a tenant's influence only with uniform weights
+        params = {k: v for k, v in params.items() if not k.startswith(DP_PREFIX)}
+        params.setdefault("aggregation_weights", "uniform")
+    return Method(label=label, algorithm=algorithm, params=params, privacy=privacy)
 
 
 def check_settings(method: Method, common: Mapping[str, Any]) -> None:

@@ -6,6 +6,8 @@ Each preset has two quality settings: ``quality`` on the suite's tenants, and
 few-shot split with the memorization audit. ``fedmkt_quality`` (``fedtune bench quality
 --comparison fedmkt``) is FedMKT's comparison: the benchmark's model as the LLM, the ``small``
 model as every tenant's SLM, against Zero-Shot, Standalone, Centralized, FedAvg and LLM2SLM.
+``dp_quality`` (``fedtune bench quality --comparison dp``) is utility and memorization against
+epsilon: FedAvg with uniform weights, and DP-FedAvg at several noise multipliers.
 
 Command-line options override single fields of a preset; everything else follows it, so a
 workspace pretrained with one preset is benchmarked with the same one.
@@ -36,6 +38,7 @@ class Preset:
     quality: QualitySpec
     fewshot_quality: QualitySpec
     fedmkt_quality: QualitySpec
+    dp_quality: QualitySpec
     system: SystemSpec = field(default_factory=SystemSpec)
 
 
@@ -64,6 +67,18 @@ FEDMKT_BASELINES: Final[tuple[str, ...]] = (
     "centralized",
     "fedavg-small",
 )
+
+# Utility and leakage against epsilon: FedAvg with the uniform weights DP-FedAvg needs, then
+# DP-FedAvg from noise near the clipping alone (z = 0.01) to z = 1. C = 1.0 sits below the
+# tenants' adapter-delta norms of a round (1.2-2.1 measured on the default workspace), so
+# clipping binds. Four rounds keep the 12 runs within an hour on the shared 2-core machine.
+DP_METHODS: Final[tuple[str, ...]] = (
+    "fedavg@aggregation_weights=uniform",
+    "fedavg@dp.noise_multiplier=0.01",
+    "fedavg@dp.noise_multiplier=0.1",
+    "fedavg@dp.noise_multiplier=1",
+)
+DP_PRIVACY: Final = {"clipping": {"norm": 1.0}, "delta": 1e-5}
 
 
 _DEFAULT = Preset(
@@ -102,6 +117,14 @@ _DEFAULT = Preset(
         baselines=FEDMKT_BASELINES,
         eval_every=4,
         algorithm_params={"fedmkt": {"public_size": 128, "top_k": 64}},
+    ),
+    dp_quality=QualitySpec(
+        algorithms=DP_METHODS,
+        baselines=("zero-shot",),
+        rounds=4,
+        eval_every=4,
+        audit_records=30,
+        privacy=DP_PRIVACY,
     ),
     system=SystemSpec(),
 )
@@ -165,6 +188,13 @@ _CI = Preset(
         algorithms=FEDMKT_METHODS,
         baselines=FEDMKT_BASELINES,
         algorithm_params={"fedmkt": {"public_size": 8, "top_k": 8, "kd_batch_size": 4}},
+    ),
+    dp_quality=replace(
+        _CI_QUALITY,
+        algorithms=("fedavg@aggregation_weights=uniform", "fedavg@dp.noise_multiplier=1"),
+        baselines=("zero-shot",),
+        audit_records=4,
+        privacy=DP_PRIVACY,
     ),
     system=SystemSpec(
         batch_size=4,

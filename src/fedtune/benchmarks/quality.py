@@ -64,6 +64,7 @@ from fedtune.benchmarks.fewshot_split import FewShotSpec, ensure_fewshot_split
 from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
 from fedtune.benchmarks.leakage import LeakageAudit
 from fedtune.benchmarks.methods import Method, check_settings, parse_method
+from fedtune.benchmarks.provenance import source_commit
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
 from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
 from fedtune.benchmarks.workspace import Workspace
@@ -133,11 +134,14 @@ class QualitySpec:
     fewshot: FewShotSpec = field(default_factory=FewShotSpec)
     clients_per_round: int | None = None  # None: every tenant every round
     audit_records: int = 0  # records of the memorization audit per run (0: no audit)
+    # The differential_privacy section of methods with dp.* settings (they override it).
+    privacy: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
         data = asdict(self)
         data["algorithm_params"] = {k: dict(v) for k, v in self.algorithm_params.items()}
+        data["privacy"] = dict(self.privacy)
         return data
 
     def eval_rounds(self) -> list[int]:
@@ -162,7 +166,31 @@ def _methods(spec: QualitySpec) -> list[Method]:
     for method in methods:
         if method.algorithm in registered:
             check_settings(method, spec.algorithm_params.get(method.algorithm, {}))
+        if method.privacy:
+            _check_privacy(method, spec)
     return methods
+
+
+def _check_privacy(method: Method, spec: QualitySpec) -> None:
+    """Validate a DP method's differential_privacy section before any run starts."""
+    from pydantic import ValidationError
+
+    from fedtune.config.loading import format_validation_errors
+    from fedtune.config.privacy import DifferentialPrivacyConfig
+
+    try:
+        DifferentialPrivacyConfig.model_validate(_privacy(method, spec))
+    except ValidationError as exc:
+        raise ConfigError(
+            f"method {method.label!r}: invalid differential_privacy settings "
+            f"{_privacy(method, spec)}: " + "; ".join(format_validation_errors(exc)),
+            fix="Correct the dp.* settings of the label (see fedtune.config.privacy).",
+        ) from None
+
+
+def _privacy(method: Method, spec: QualitySpec) -> dict[str, Any] | None:
+    """The job's differential_privacy section for ``method`` (None: no DP)."""
+    return {**spec.privacy, **method.privacy} if method.privacy else None
 
 
 def _check(spec: QualitySpec) -> None:
@@ -281,6 +309,7 @@ class _Bench:
         local_steps: int,
         model_dir: Path | None = None,
         variant: Mapping[str, Any] | None = None,
+        privacy: Mapping[str, Any] | None = None,
     ) -> JobConfig:
         tenant_model = self.small_dir if algorithm in TENANT_MODELS else None
         overrides: dict[str, Any] | None = dict(variant) if variant else None
@@ -310,6 +339,7 @@ class _Bench:
             # One pooled tenant trains every round.
             clients_per_round=self.spec.clients_per_round if len(tenants) > 1 else None,
             tenant_model_dir=tenant_model,
+            differential_privacy=privacy,
         )
 
     def run(self, job: JobConfig) -> list[Metrics]:
@@ -327,6 +357,8 @@ class _Bench:
                 metrics["train_loss"] = float(train_loss[round_index])
             rows.append(metrics)
         rows[-1].update(_client_totals(summary["rounds"]))
+        if "privacy" in summary:  # epsilon at delta after the last round
+            rows[-1]["dp/epsilon"] = float(summary["privacy"]["epsilon"])
         if job.algorithm.name in TENANT_MODELS:
             rows[-1].update(self.score_tenant_models(job))
         if self.per_model:
@@ -442,6 +474,7 @@ class _Bench:
                 workdir=Path(tmp),
                 local_steps=self.spec.local_steps,
                 variant=method.params,
+                privacy=_privacy(method, self.spec),
             )
             return self.run(job)
 
@@ -587,6 +620,7 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
             record("standalone-small", "baseline", seed, partial(bench.standalone_small, seed))
     table = summarize(runs)
     return {
+        "commit": source_commit(),
         "spec": spec.to_json(),
         "suite": {k: bench.manifest[k] for k in ("spec", "tenants", "public", "test")},
         "split": {

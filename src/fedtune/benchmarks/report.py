@@ -34,6 +34,7 @@ _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _CANDIDATES: Final = "clients/fewfedpit/candidates"
 _KEPT: Final = "clients/fewfedpit/kept"
 _LEAKAGE: Final = ("leakage", "leakage/reproduced")
+_EPSILON: Final = "dp/epsilon"
 
 
 def _pm(stats: Mapping[str, float], digits: int = 3) -> str:
@@ -52,6 +53,8 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # FewFedPIT's synthetic examples over a run: passed the filters / kept by IFS (what its
     # public parameters train on).
     synthetic = any(_CANDIDATES in row["metrics"] for row in results["table"])
+    # Differential privacy: epsilon at the runs' delta after the last round.
+    private = any(_EPSILON in row["metrics"] for row in results["table"])
     lines = [
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
@@ -59,6 +62,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             f"{results['suite']['test']['records']} held-out records."
         ),
         *_split_lines(results),
+        *_privacy_lines(results),
         "",
         "| method | n | EM | local EM | best-round EM | "
         + " | ".join(f"EM {c}" for c in categories)
@@ -66,9 +70,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         + (" small-model EM |" if small else "")
         + (" leakage | reproduced |" if leakage else "")
         + (" synthetic passed / kept |" if synthetic else "")
+        + (" epsilon |" if private else "")
         + " s/run |",
         "|---|---:|---:|---:|---:|"
-        + "---:|" * (len(categories) + small + 2 * leakage + synthetic)
+        + "---:|" * (len(categories) + small + 2 * leakage + synthetic + private)
         + "---:|---:|---:|",
     ]
     for row in results["table"]:
@@ -85,6 +90,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
             *([_synthetic(metrics)] if synthetic else []),
+            *([_epsilon(metrics)] if private else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -128,12 +134,31 @@ def _per_model_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _epsilon(metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """Epsilon (the same for every seed: it depends on the settings only), or no DP."""
+    if _EPSILON not in metrics:
+        return "no DP"
+    return f"{metrics[_EPSILON]['mean']:.3g}"
+
+
 def _synthetic(metrics: Mapping[str, Mapping[str, float]]) -> str:
     """``passed / kept`` synthetic examples per run (means over seeds), ``-`` if none made."""
     if _CANDIDATES not in metrics:
         return "-"
     kept = metrics[_KEPT]["mean"] if _KEPT in metrics else 0.0
     return f"{metrics[_CANDIDATES]['mean']:.0f} / {kept:.0f}"
+
+
+def _privacy_lines(results: Mapping[str, Any]) -> list[str]:
+    """The DP settings shared by the DP rows (their own noise multiplier is in the label)."""
+    privacy = results["spec"].get("privacy") or {}
+    if not any(_EPSILON in row["metrics"] for row in results["table"]):
+        return []
+    clipping = privacy.get("clipping", {})
+    return [
+        f"DP-FedAvg rows: clipping {clipping}, delta {privacy.get('delta', 1e-5):g}, uniform "
+        "weights; epsilon from dp-accounting's RDP accountant after the last round."
+    ]
 
 
 def _split_lines(results: Mapping[str, Any]) -> list[str]:

@@ -227,14 +227,16 @@ def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.core.errors import ConfigError
 
     preset = get_preset(args.preset)
-    if args.comparison == "fedmkt" and args.split == "fewshot":
+    if args.comparison in ("fedmkt", "dp") and args.split == "fewshot":
         raise ConfigError(
-            "--comparison fedmkt runs on the suite's tenants, not --split fewshot",
-            fix="Drop --split fewshot (or --comparison fedmkt).",
+            f"--comparison {args.comparison} runs on the suite's tenants, not --split fewshot",
+            fix=f"Drop --split fewshot (or --comparison {args.comparison}).",
         )
     spec = preset.fewshot_quality if args.split == "fewshot" else preset.quality
     if args.comparison == "fedmkt":
         spec = preset.fedmkt_quality
+    if args.comparison == "dp":
+        spec = preset.dp_quality
     changes: dict[str, Any] = {}
     for option in (
         "algorithms",
@@ -301,11 +303,12 @@ def _add_quality(kinds: Any) -> None:
     )
     p.add_argument(
         "--comparison",
-        choices=["fedit", "fedmkt"],
+        choices=["fedit", "fedmkt", "dp"],
         default="fedit",
-        help="the preset's methods: FedIT's (default), or FedMKT's comparison (fedmkt, LLM2SLM "
+        help="the preset's methods: FedIT's (default), FedMKT's comparison (fedmkt, LLM2SLM "
         "as fedmkt@llm_frozen=true, zero-shot, standalone-small, centralized, fedavg-small; "
-        "the LLM and every tenant's small model scored)",
+        "the LLM and every tenant's small model scored), or dp: utility and memorization "
+        "against epsilon (FedAvg, DP-FedAvg at several fedavg@dp.noise_multiplier=Z)",
     )
     p.add_argument(
         "--algorithms",

@@ -148,6 +148,14 @@ def _print_summary(summary: dict[str, Any], path: Path) -> None:
             f"{int(pooled['num_at_or_above'])} at or above {summary['audit']['threshold']:.2f} "
             f"(tagged: {where})"
         )
+    if summary.get("privacy"):
+        privacy = summary["privacy"]
+        out.print(
+            f"differential privacy: epsilon {privacy['epsilon']:.4g} at delta {privacy['delta']:g} "
+            f"({privacy['adjacency']}, {privacy['accountant']})"
+            + (f"; stopped before round {privacy['stopped_before_round']}: {privacy['reason']}"
+               if privacy.get("stopped_before_round") else "")
+        )
     for warning in summary.get("warnings", []):
         out.print(f"[yellow]warning:[/] {escape(warning)}")
     if summary.get("mlflow_run_id") not in (None, NullTracker.run_id):

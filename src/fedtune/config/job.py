@@ -8,6 +8,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
+from fedtune.config.privacy import DifferentialPrivacyConfig
 from fedtune.config.base import Dns1123Label, StoreUri, StrictModel
 
 
@@ -371,6 +372,11 @@ class JobConfig(StrictModel):
         default_factory=SecureAggregationConfig,
         description="Secure aggregation (off by default): `{enabled: true, threshold: 2}`.",
     )
+    differential_privacy: DifferentialPrivacyConfig | None = Field(
+        None,
+        description="Client-level DP-FedAvg (off when absent): `{noise_multiplier: 1.0, "
+        "clipping: {norm: 0.5}}`; see fedtune.config.privacy.",
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,
         description="Default engine and its workers: `local`, `kfp-local`, or "
@@ -425,6 +431,15 @@ class JobConfig(StrictModel):
                 "no round could reach the quorum — lower min_clients"
             )
         self._check_secure_aggregation()
+        if self.differential_privacy is not None:
+            problems = self.differential_privacy.job_problems(
+                self.algorithm.name,
+                getattr(self.algorithm, "aggregation_weights", None),
+                self.secure_aggregation.enabled,
+                per_round,
+            )
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
 
     def _check_secure_aggregation(self) -> None:

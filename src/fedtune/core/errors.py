@@ -152,6 +152,14 @@ class SecureAggregationError(FedtuneError):
     redacted_message = "the tenant's secure-aggregation step failed"
 
 
+class PrivacyBudgetError(FedtuneError):
+    """Differential privacy cannot go on: the budget is spent, or a round lacks its plan."""
+
+    exit_code = 14
+    fix = "Raise differential_privacy.target_epsilon or noise_multiplier, or run fewer rounds."
+    redacted_message = "the tenant's differential-privacy step failed"
+
+
 def error_classes() -> dict[str, type[FedtuneError]]:
     """Every FedtuneError class by name (the kinds a TenantFailure may carry)."""
     found: dict[str, type[FedtuneError]] = {}

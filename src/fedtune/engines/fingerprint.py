@@ -36,6 +36,10 @@ def _base_dump(job: JobConfig) -> dict[str, Any]:
     dump = job.model_dump(mode="json", exclude=set(RESUMABLE_CHANGES))
     if not job.secure_aggregation.enabled:  # off: the fingerprints of earlier runs hold
         dump.pop("secure_aggregation")
+    if job.differential_privacy is None:  # absent: as before the field existed
+        dump.pop("differential_privacy")
+    else:  # the budget decides where a run stops, not what a round computes
+        dump["differential_privacy"].pop("target_epsilon")
     for tenant in dump["tenants"]:
         if tenant.get("identity_key") is None:  # unset: as before the field existed
             tenant.pop("identity_key", None)

@@ -111,9 +111,10 @@ def run_job(
     from fedtune.pipelines.builder import compile_pipeline
     from fedtune.pipelines.run_form import JOB_SCOPE, family_of
 
-    from fedtune.engines.secagg_steps import refuse_pipeline
+    from fedtune.engines import privacy_steps, secagg_steps
 
-    refuse_pipeline(job)  # before anything is stored
+    secagg_steps.refuse_pipeline(job)  # before anything is stored
+    privacy_steps.refuse_pipeline(job)
     options = options or RunOptions()
     env = steps.ProviderEnv.create(job)
     store = env.store()

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, secagg_provider, steps, stopping
+from fedtune.engines import layout, privacy_steps, secagg_provider, steps, stopping
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -126,6 +126,10 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     """Run (or resume) a job to its last round and export; return the run summary."""
     env = steps.ProviderEnv.create(job)
     info, discard = _prepare_run(env, options)
+    privacy_note: dict[str, Any] = {}
+    if job.differential_privacy is not None:  # stop before a round that would exceed the target
+        job, privacy_note = privacy_steps.plan_rounds(job, env.store(), fresh=discard)
+        env = steps.ProviderEnv.create(job)
     finished_key = layout.run_summary_key(job.rounds)
     if not discard and env.store().exists(finished_key):
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
@@ -139,6 +143,8 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     with tenant_runner(job, tenants, options.workers) as runner:
         summary = _run_rounds(env, runner, tracker, options, info)
     summary["warnings"] = warnings
+    if job.differential_privacy is not None:
+        summary["privacy"] = privacy_steps.summary(job, env.store(), privacy_note)
     if summary["completed"]:
         env.store().put_json(finished_key, summary)
     return summary
@@ -222,9 +228,14 @@ def _run_round(
         f"{layout.state_key(round_index)}.json"
     ):
         return  # completed before a restart
+    dp = env.job.differential_privacy is not None
+    if dp:
+        privacy_steps.check_budget(env, round_index)
     started = time.perf_counter()
     configure = steps.configure_step(env, round_index)
     sampled = steps.sample_clients(env.job, round_index)
+    if dp:
+        privacy_steps.publish_plan(env, round_index, sampled)
     task = bar.add_task(f"round {round_index}", total=len(sampled))
 
     def done(outcome: Outcome) -> None:

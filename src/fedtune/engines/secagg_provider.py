@@ -22,7 +22,7 @@ from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationErro
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.engines import layout
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
-from fedtune.engines.steps import ProviderEnv, _weighted
+from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
 from fedtune.secagg import fixedpoint, identity, vector
 from fedtune.secagg import protocol as p
 
@@ -193,7 +193,11 @@ def aggregate_step(
     check_update_norm(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits.max_update_norm)
     summed = SecureSum(mean_tensors, total_weight, {n: dict(updates[n].meta) for n in masked})
     state = ServerState.load(store, layout.state_key(round_index - 1))
-    new_state = env.algorithm.aggregate_sum(env.ctx, state, summed, round_index)
+    if env.job.differential_privacy is None:
+        new_state = env.algorithm.aggregate_sum(env.ctx, state, summed, round_index)
+    else:  # DP-FedAvg's release (uniform weights) from the unmasked mean of len(masked) uploads
+        single = Update(tensors=dict(mean_tensors), meta={"num_samples": max(int(round(total_weight)), 1)})
+        new_state = fold_updates(env, state, {SUM_NAME: single}, round_index, contributors=len(masked))
     compute = time.perf_counter() - compute_started
     new_state.save(store, key)
     metas = [u.meta for u in updates.values()]

@@ -289,6 +289,10 @@ def train_client(env: TenantEnv, round_index: int) -> Update:
             own.put_bytes(name, data)
         new_state.save(own, layout.client_state_key(round_index))
         _prune_client_states(own, keep_from=previous if previous is not None else round_index)
+    if env.job.differential_privacy is not None:  # clipped (and noised) before anything sees it
+        from fedtune.engines.privacy_steps import privatize_update
+
+        update = privatize_update(env, round_index, update)
     return update
 
 
@@ -390,7 +394,7 @@ def aggregate_step(
         )
     state = ServerState.load(store, layout.state_key(round_index - 1))
     compute_started = time.perf_counter()
-    new_state = env.algorithm.aggregate(env.ctx, state, valid, round_index)
+    new_state = fold_updates(env, state, valid, round_index)
     compute = time.perf_counter() - compute_started
     new_state.save(store, key)
     killpoints.reached(f"state-saved:{round_index}")
@@ -399,6 +403,23 @@ def aggregate_step(
         "compute_seconds": compute,
         **_outcome(valid, rejected, new_state.meta),
     }
+
+
+def fold_updates(
+    env: ProviderEnv,
+    state: ServerState,
+    updates: dict[str, Update],
+    round_index: int,
+    contributors: int | None = None,
+) -> ServerState:
+    """The algorithm's aggregation, or, with differential privacy, its DP-FedAvg release
+    (``contributors``: ``updates`` is one mean of that many uploads, as secure aggregation
+    unmasks it)."""
+    if env.job.differential_privacy is None:
+        return env.algorithm.aggregate(env.ctx, state, updates, round_index)
+    from fedtune.engines.privacy_steps import fold
+
+    return fold(env, state, updates, round_index, contributors)
 
 
 def _outcome(

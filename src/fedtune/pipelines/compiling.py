@@ -72,9 +72,11 @@ def compile_job(
     Raises:
         ConfigError: The job cannot run in a pipeline, or not in a cluster.
     """
+    from fedtune.engines import privacy_steps
     from fedtune.engines.secagg_steps import refuse_pipeline
 
     refuse_pipeline(job)
+    privacy_steps.refuse_pipeline(job)
     family = family_of(job.algorithm.name)
     if settings is not None:
         problems = cluster_problems(job, settings)

@@ -177,7 +177,7 @@ def resolve_job(form: RunForm, family: str) -> JobConfig:
             the job refuses, or a job of another family.
     """
     from fedtune.config.loading import parse_job_text
-    from fedtune.engines.secagg_steps import refuse_pipeline
+    from fedtune.engines import privacy_steps, secagg_steps
 
     text, source = _read_source(form)
     base = parse_job_text(text, source=source)  # the job's own problems, reported as such
@@ -194,7 +194,8 @@ def resolve_job(form: RunForm, family: str) -> JobConfig:
             f"pipeline, which runs {list(FAMILIES.get(family, ()))}",
             fix=f"Run it with the {family_of(job.algorithm.name)!r} pipeline instead.",
         )
-    refuse_pipeline(job)
+    secagg_steps.refuse_pipeline(job)
+    privacy_steps.refuse_pipeline(job)
     if form.stop_after_round < 0:
         raise ConfigError(
             f"stop_after_round is {form.stop_after_round}",
