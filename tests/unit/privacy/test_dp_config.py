@@ -9,7 +9,7 @@ import pytest
 
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError
-from fedtune.engines.local import config_fingerprint
+from fedtune.engines.fingerprint import config_fingerprint
 from fedtune.pipelines.compiling import compile_job
 
 from tests.integration.conftest import tiny_job_dict
