@@ -50,6 +50,29 @@ def test_no_job_and_a_job_of_another_family_are_refused(tmp_path: Path) -> None:
         resolve_job(form_for(two_tenant_dict(tmp_path), resume_run_id="../other"), "fedit")
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"secure_aggregation": {"enabled": True}}, "supported by the local engine only"),
+        (
+            {
+                "algorithm": {"name": "fedavg", "aggregation_weights": "uniform"},
+                "differential_privacy": {"noise_multiplier": 1.0, "clipping": {"norm": 0.5}},
+            },
+            "differential_privacy, which the compiled pipelines",
+        ),
+    ],
+    ids=["secure-aggregation", "differential-privacy"],
+)
+def test_a_run_form_job_with_a_local_only_option_is_refused(
+    tmp_path: Path, option: dict, message: str  # type: ignore[type-arg]
+) -> None:
+    # The UI's job_config bypasses `fedtune compile`'s refusal: the run itself must refuse.
+    with pytest.raises(ConfigError, match=message) as info:
+        resolve_job(form_for({**two_tenant_dict(tmp_path), **option}, kfp_run_id="r"), "fedit")
+    assert "--engine local" in info.value.fix
+
+
 @pytest.fixture
 def moto_endpoint() -> Iterator[str]:
     server = start_moto_server()
