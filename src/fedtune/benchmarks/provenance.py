@@ -1,0 +1,30 @@
+"""Which code produced a benchmark's numbers: the checked-out commit, recorded in its JSON."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["git_commit", "provenance"]
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    """The short commit checked out at ``cwd``, with ``+dirty`` when tracked files differ
+    from it (then the numbers come from uncommitted code); None outside a git tree."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance(command: str) -> dict[str, Any]:
+    """``measured_at_commit`` (the code's commit, see :func:`git_commit`) and ``command``."""
+    return {"measured_at_commit": git_commit(Path(__file__).parent), "command": command}
