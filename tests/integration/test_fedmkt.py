@@ -3,6 +3,7 @@ three tokenizers), only knowledge crosses, bytes in the summary, and clear bad-i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from safetensors import safe_open
 
 from fedtune.config import parse_job
-from fedtune.core.errors import ConfigError, DataError, FedtuneError
+from fedtune.core.errors import ConfigError, DataError, FedtuneError, QuorumError
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
@@ -119,8 +120,81 @@ def test_public_set_hash_mismatch_is_refused(tmp_path):
     from fedtune.data.formats import Example
 
     a = [Example("i", "", "r")]
-    with pytest.raises(DataError, match=r"tenant 'x': the public set at 'p.jsonl' \(1 examples\) hashes to"):
+    with pytest.raises(DataError, match=r"tenant 'x': the public set at 'p.jsonl' \(1 examples\) has content hash"):
         check_same_public("0" * 64, a, "p.jsonl", "tenant 'x'")
+
+
+def _altered_public_for(tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tenant``'s copy of the public set has one response changed (the others' do not)."""
+    from fedtune.training.context import TenantContext
+
+    original = TenantContext.shared_public_examples
+
+    def altered(self: TenantContext) -> list[Any]:
+        examples = original(self)
+        if self.tenant == tenant:
+            examples[0] = dataclasses.replace(examples[0], response=examples[0].response + " (edited)")
+        return examples
+
+    monkeypatch.setattr(TenantContext, "shared_public_examples", altered)
+
+
+def test_a_tenant_whose_public_set_differs_refuses_the_broadcast_and_is_rejected(tmp_path, monkeypatch):
+    from fedtune.algorithms.fedmkt.public import public_hash
+    from fedtune.training.context import read_public
+
+    _altered_public_for("tenant-b", monkeypatch)
+    data = fedmkt_job(tmp_path)
+    data["rounds"], data["min_clients"] = 1, 2
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    record = summary["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-c"]
+    # The provider learns the kind (fixed text), never the tenant's values ...
+    assert "PublicSetMismatch" in record["rejected"]["tenant-b"]
+    assert "copy of the public set differs from the provider's" in record["rejected"]["tenant-b"]
+    # ... the tenant reads the full error in its own store: both content hashes.
+    details = next((Path(job.workdir) / "tenants" / "tenant-b").rglob("errors/*.txt")).read_text()
+    public = read_public(job.public_data_uri)[: job.algorithm.public_size]
+    theirs = [dataclasses.replace(public[0], response=public[0].response + " (edited)"), *public[1:]]
+    assert f"sha256:{public_hash(public)}" in details and f"sha256:{public_hash(theirs)}" in details
+    assert "refuses the broadcast" in details and "fix: Give every party the same public_data_uri" in details
+
+
+def test_a_public_set_mismatch_below_quorum_stops_the_round(tmp_path, monkeypatch):
+    _altered_public_for("tenant-b", monkeypatch)
+    data = fedmkt_job(tmp_path)
+    data["rounds"] = 1  # min_clients 3: every tenant is needed
+    job = parse_job(data)
+    with pytest.raises(QuorumError, match=r"(?s)2 valid update\(s\) of 3 sampled.*tenant-b: .*PublicSetMismatch"):
+        run_job(job, NullTracker(), RunOptions(progress=False))
+
+
+def test_token_ids_beyond_a_tenants_vocabulary_reject_that_tenant_only(tmp_path, monkeypatch):
+    from fedtune.algorithms.fedmkt.algorithm import FedMKT
+
+    original = FedMKT.client_step
+
+    def oversized_ids(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
+        update, state = original(self, ctx, broadcast, data, client_state)
+        if ctx.tenant == "tenant-a":
+            ids = update.tensors["knowledge/topk_ids"].clone()
+            ids[0, 0] = len(ctx.tokenizer()) + 7  # a valid id for the LLM, not for tenant-a
+            update.tensors["knowledge/topk_ids"] = ids
+        return update, state
+
+    monkeypatch.setattr(FedMKT, "client_step", oversized_ids)
+    data = fedmkt_job(tmp_path)
+    data["rounds"], data["min_clients"] = 2, 2
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    from fedtune.models.tokenizer import load_tokenizer
+
+    vocab = len(load_tokenizer(str(tmp_path / "tok-llama")))
+    for record in summary["rounds"]:  # both rounds go on with the two others
+        assert record["accepted"] == ["tenant-b", "tenant-c"]
+        reason = record["rejected"]["tenant-a"]
+        assert f"token id {vocab + 7} is beyond the tenant's vocabulary of {vocab} tokens" in reason
 
 
 def test_unloadable_tenant_tokenizer_is_refused(tmp_path):
