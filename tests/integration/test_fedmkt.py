@@ -276,3 +276,76 @@ def test_homogeneous_mode_averages_the_small_models_adapters(tmp_path):
 def test_heterogeneous_job_refuses_fedavg_small(tmp_path):
     with pytest.raises(Exception, match=r"fedavg_small: true averages .* tenant 'tenant-b' has model .*gpt2.* give every tenant the same"):
         parse_job(fedmkt_job(tmp_path, fedavg_small=True))
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A bucket on moto's S3 server, with boto3 pointed at it."""
+    from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
+
+    server = start_moto_server()
+    try:
+        use_fake_aws_env(monkeypatch, server.endpoint_url)
+        yield create_bucket(server.endpoint_url)
+    finally:
+        server.stop()
+
+
+def _upload(store: Any, prefix: str, folder: Path, names: Any = None) -> None:
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and (names is None or p.name in names)):
+        store.put_bytes(f"{prefix}/{path.name}", path.read_bytes())
+
+
+def test_a_tenants_own_model_and_tokenizer_load_from_its_own_s3_store(tmp_path, s3_bucket):
+    from fedtune.models.loading import save_pretrained_dir
+    from fedtune.models.tiny import build_tiny_model
+    from fedtune.models.tokenizer import load_tokenizer
+    from fedtune.storage import open_store
+
+    data = fedmkt_job(tmp_path)
+    # tenant-a's small model, pretrained elsewhere, and its tokenizer, in its own store only.
+    tokenizer = load_tokenizer(str(tmp_path / "tok-llama"))
+    small = {k: v for k, v in SMALL.items() if k != "source"}
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), seed=3, bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **small)
+    save_pretrained_dir(model, tokenizer, tmp_path / "slm")
+    root = f"s3://{s3_bucket}/tenant-a"
+    own = open_store(root)
+    _upload(own, "models/slm", tmp_path / "slm")
+    _upload(own, "tokenizers/sp", tmp_path / "tok-llama")
+    data["tenants"][0].update(
+        store_uri=root, model={"source": "pretrained", "uri": f"{root}/models/slm"},
+        tokenizer=f"{root}/tokenizers/sp",
+    )
+    data["rounds"] = 1
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    assert summary["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
+    # Its client state and its final small model went back into its own store, nowhere else.
+    kept = own.list(f"jobs/{job.name}/")
+    assert any(k.startswith(f"jobs/{job.name}/client-state/") for k in kept)
+    assert f"jobs/{job.name}/artifacts/slm/adapter/adapter_config.json" in kept
+    assert not (Path(job.workdir) / "tenants" / "tenant-a").exists()
+
+
+def test_a_tenant_reads_its_own_model_only_inside_its_own_store(tmp_path, s3_bucket):
+    from fedtune.training.context import TenantContext, own_store_part
+
+    data = fedmkt_job(tmp_path)
+    # tenant-b points at tenant-a's model: refused before anything is read.
+    data["tenants"][1].update(
+        store_uri=f"s3://{s3_bucket}/tenant-b",
+        model={"source": "pretrained", "uri": f"s3://{s3_bucket}/tenant-a/models/slm"},
+    )
+    job = parse_job(data)
+    ctx = TenantContext.from_job(job, "tenant-b", tenants_load_base=False)
+    with pytest.raises(ConfigError, match=r"tenant 'tenant-b': its own model 's3://.*/tenant-a/models/slm' is not inside its store 's3://.*/tenant-b'"):
+        ctx.tokenizer()
+    store = f"s3://{s3_bucket}/tenant-a"
+    with pytest.raises(ConfigError, match="is not inside its store"):  # a bucket-prefix look-alike
+        own_store_part(f"s3://{s3_bucket}/tenant-ab/models/slm", store, "tenant-a", "model")
+    with pytest.raises(ConfigError, match="is not inside its store"):  # no store of its own
+        own_store_part(f"{store}/models/slm", None, "tenant-a", "model")
+    with pytest.raises(FedtuneError, match=r"\.\."):  # climbing out of the prefix
+        own_store_part(f"{store}/../tenant-b/models/slm", store, "tenant-a", "model")
+    assert own_store_part(str(tmp_path / "slm"), store, "tenant-a", "model") is None  # local disk

@@ -305,11 +305,10 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         """The tenant's small model: its base as a Hugging Face directory, the adapter in
         ``adapter/`` (the layout of the LLM's export)."""
         from fedtune.models.loading import save_pretrained_dir
-        from fedtune.training.context import build_model
 
         adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
         model_dir = out_dir / "slm"
-        base, tokenizer = build_model(ctx.base.model, ctx.base.tokenizer_spec)  # type: ignore[arg-type]
+        base, tokenizer = ctx.base.build()
         save_pretrained_dir(base, tokenizer, model_dir)
         lora_helpers.save_adapter(ctx.peft_model(adapter), model_dir / "adapter")
         tags = {
