@@ -349,3 +349,36 @@ def test_a_tenant_reads_its_own_model_only_inside_its_own_store(tmp_path, s3_buc
     with pytest.raises(FedtuneError, match=r"\.\."):  # climbing out of the prefix
         own_store_part(f"{store}/../tenant-b/models/slm", store, "tenant-a", "model")
     assert own_store_part(str(tmp_path / "slm"), store, "tenant-a", "model") is None  # local disk
+
+
+def test_the_example_runs_end_to_end_and_logs_every_model_per_round(tmp_path):
+    """examples/fedmkt.yaml as shipped (three tokenizers, Llama and GPT-2 tenants), shortened
+    to two rounds of two steps: MLflow holds the LLM's and each tenant's SLM's scores, under
+    the model's name, for every round."""
+    import mlflow
+
+    from fedtune.config import load_job
+    from fedtune.tracking.factory import make_tracker
+
+    example = load_job(Path(__file__).resolve().parents[2] / "examples" / "fedmkt.yaml")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = example.model_copy(update={
+        "workdir": str(tmp_path / "work"), "rounds": 2,
+        "training": example.training.model_copy(update={"local_steps": 2}),
+        "tracking": example.tracking.model_copy(update={"tracking_uri": uri}),
+    })
+    summary = run_job(job, make_tracker(job), RunOptions(progress=False))
+    assert [r["accepted"] for r in summary["rounds"]] == [["tenant-a", "tenant-b", "tenant-c"]] * 2
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name(job.tracking.experiment).experiment_id])
+    keys = set(run.data.metrics)
+
+    def rounds_of(key: str) -> set[int]:
+        return {m.step for m in client.get_metric_history(run.info.run_id, key)}
+
+    for key in ("server/eval/llm/acc", "server/eval/llm/rouge_l"):  # the LLM, every round
+        assert key in keys and rounds_of(key) == {1, 2}, sorted(keys)
+    for tenant in ("tenant-a", "tenant-b", "tenant-c"):  # each tenant's SLM, every round
+        named = [k for k in keys if k.endswith((f"eval/slm/acc/{tenant}", f"eval/slm/rouge_l/{tenant}"))]
+        assert named and all(rounds_of(k) == {1, 2} for k in named), sorted(keys)
+    assert [m.name for m in client.search_registered_models()] == [job.name]
