@@ -77,7 +77,7 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.loading import load_pretrained
 from fedtune.tracking.base import NullTracker
 
-__all__ = ["BASELINES", "FEDIT", "SPLITS", "QualitySpec", "run_quality", "summarize"]
+__all__ = ["BASELINES", "FEDIT", "SPLITS", "QualitySpec", "merge_results", "run_quality", "summarize"]
 
 logger = logging.getLogger(__name__)
 
@@ -682,6 +682,39 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         "table": table,
         "claims": evaluate_claims(table),
     }
+
+
+def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One results document from runs of the same benchmark split by seed (e.g. one process
+    per seed on a machine with cores to spare): the runs pooled (a deterministic run such as
+    Zero-Shot once), the table and the claims recomputed.
+
+    Raises:
+        ConfigError: The parts differ in anything but their seeds, or share a seed.
+    """
+    first = parts[0]
+    fixed = ("suite", "split", "base_model", "categories", "tenant_models", "provenance")
+    spec = {k: v for k, v in first["spec"].items() if k != "seeds"}
+    for part in parts[1:]:
+        other = {k: v for k, v in part["spec"].items() if k != "seeds"}
+        differ = [k for k in fixed if part.get(k) != first.get(k)] + (["spec"] if other != spec else [])
+        if differ:
+            raise ConfigError(
+                f"results to merge differ in {differ}", fix="Merge runs of one benchmark only."
+            )
+    seeds = [seed for part in parts for seed in part["spec"]["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"results to merge share seeds {seeds}", fix="Give each part other seeds.")
+    runs: dict[tuple[str, Any], Mapping[str, Any]] = {}
+    for part in parts:
+        for run in part["runs"]:
+            runs.setdefault((run["method"], run["seed"]), run)
+    merged = dict(first)
+    merged["spec"] = {**first["spec"], "seeds": sorted(seeds)}
+    merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
+    merged["table"] = summarize(merged["runs"])
+    merged["claims"] = evaluate_claims(merged["table"])
+    return merged
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
