@@ -208,11 +208,13 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
 def _add_pretrain(kinds: Any) -> None:
     p = kinds.add_parser(
         "pretrain",
-        help="build the task suite and pretrain the tiny large/small base models",
+        help="build the task suite and pretrain the tiny base models (large, small, and the "
+        "heterogeneous tenants' small models)",
         description="Write the synthetic task suite (non-IID tenants, a public set with "
         "another category mixture, a held-out test set) to DIR/suite and pretrain the base "
         "models from scratch on the public set into DIR/models/NAME (Hugging Face "
-        "directories). Deterministic given the seed.",
+        "directories), each with its own tokenizer. Deterministic given the seed; a model "
+        "already pretrained with the same spec and suite is kept.",
     )
     _common(p)
     p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
