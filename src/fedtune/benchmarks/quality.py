@@ -693,11 +693,17 @@ def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ConfigError: The parts differ in anything but their seeds, or share a seed.
     """
     first = parts[0]
-    fixed = ("suite", "split", "base_model", "categories", "tenant_models", "provenance")
+    fixed = ("suite", "split", "categories", "tenant_models")
     spec = {k: v for k, v in first["spec"].items() if k != "seeds"}
+
+    def code(part: Mapping[str, Any]) -> Any:  # the commit, whatever the workspace copy
+        return (part.get("provenance") or {}).get("measured_at_commit")
+
     for part in parts[1:]:
         other = {k: v for k, v in part["spec"].items() if k != "seeds"}
         differ = [k for k in fixed if part.get(k) != first.get(k)] + (["spec"] if other != spec else [])
+        differ += ["base_model"] if Path(part["base_model"]).name != Path(first["base_model"]).name else []
+        differ += ["provenance"] if code(part) != code(first) else []
         if differ:
             raise ConfigError(
                 f"results to merge differ in {differ}", fix="Merge runs of one benchmark only."
@@ -711,6 +717,11 @@ def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             runs.setdefault((run["method"], run["seed"]), run)
     merged = dict(first)
     merged["spec"] = {**first["spec"], "seeds": sorted(seeds)}
+    if "provenance" in first:
+        merged["provenance"] = {
+            "measured_at_commit": code(first),
+            "commands": [(part.get("provenance") or {}).get("command") for part in parts],
+        }
     merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
     merged["table"] = summarize(merged["runs"])
     merged["claims"] = evaluate_claims(merged["table"])
