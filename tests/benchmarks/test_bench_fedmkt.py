@@ -49,3 +49,52 @@ def test_fedmkt_comparison_refuses_the_fewshot_split(ci_workspace: Path, capsys:
     err = capsys.readouterr().err
     assert code == 2
     assert "--comparison fedmkt" in err and "fewshot" in err and "Drop" in err
+
+
+def test_heterogeneous_comparison_gives_each_tenant_its_own_architecture_and_tokenizer(
+    ci_workspace: Path,
+) -> None:
+    out = ci_workspace / "hetero"
+    if not out.exists():
+        # Its own workspace copy, so the homogeneous test's results stay where they are.
+        import shutil
+
+        shutil.copytree(ci_workspace, out, ignore=shutil.ignore_patterns("quality", "hetero"))
+    args = ["bench", "quality", "--out", str(out), "--preset", "ci", "--comparison", "fedmkt-hetero"]
+    assert main(args) == 0
+    results = json.loads((out / "quality" / "results.json").read_text())
+    models = results["tenant_models"]
+    tenants = sorted(results["split"]["tenants"])
+    assert sorted(models) == tenants
+    # Every tenant a different model: two architectures, three tokenizer families.
+    assert {m["arch"] for m in models.values()} == {"llama", "gpt2"}
+    assert len({m["tokenizer"] for m in models.values()}) == len(tenants)
+    assert len({m["vocab_size"] for m in models.values()}) == len(tenants)
+    rows = {row["method"]: row["metrics"] for row in results["table"]}
+    # FedAvg averages parameters: undefined across these models, so it does not run.
+    assert set(rows) == {"zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "standalone-small", "centralized"}
+    for method in ("zero-shot", "fedmkt", "fedmkt@llm_frozen=true", "standalone-small"):
+        assert {f"slm/em/{t}" for t in tenants} | {"slm/em", "slm/local_em"} <= set(rows[method])
+    assert results["provenance"]["command"].startswith("fedtune bench quality")
+    runs = {(r["method"], r["seed"]): r for r in results["runs"]}
+    # The tenants' SLMs trained: each one's final test loss moved off its zero-shot one.
+    fedmkt_final = runs[("fedmkt", 0)]["rounds"][-1]
+    zero = runs[("zero-shot", None)]["rounds"][-1]
+    assert fedmkt_final["slm/test_loss"] != pytest.approx(zero["slm/test_loss"], rel=1e-6)
+    markdown = (out / "quality" / "results.md").read_text()
+    assert "Each tenant's own small model" in markdown
+    for tenant, model in models.items():
+        assert f"| {tenant} | {model['model']} | {model['arch']} |" in markdown
+
+
+def test_heterogeneous_comparison_refuses_fedavg_of_the_small_models(
+    ci_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([
+        "bench", "quality", "--out", str(ci_workspace), "--preset", "ci",
+        "--comparison", "fedmkt-hetero", "--baselines", "fedavg-small",
+        "--algorithms", "fedmkt,fedmkt@fedavg_small=true",
+    ])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "['fedavg-small', 'fedmkt@fedavg_small=true']" in err and "undefined" in err

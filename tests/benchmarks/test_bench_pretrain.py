@@ -72,6 +72,70 @@ def test_answer_checks(category: str, prediction: str, reference: str, correct: 
 def test_invalid_settings_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="steps=0"):
         pretrain(PretrainSpec(shape=TINY, steps=0), generate(2), generate(1), tmp_path)
+    with pytest.raises(ConfigError, match="tokenizer='bpe:99'"):
+        pretrain(PretrainSpec(shape=TINY, tokenizer="bpe:99"), generate(2), generate(1), tmp_path)
+
+
+def test_a_model_is_pretrained_once_per_spec_and_records(tmp_path: Path) -> None:
+    records = generate(4, seed=3)
+    spec = PretrainSpec(shape=TINY, steps=2, batch_size=4, warmup_steps=1)
+    first = pretrain(spec, records, records[:5], tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    again = pretrain(spec, records, records[:5], tmp_path / "m")
+    assert (first["cached"], again["cached"]) == (False, True)
+    assert weights.stat().st_mtime_ns == written  # kept, not retrained
+    assert again["fingerprint"] == first["fingerprint"]
+    # Another spec, or other records, is another model.
+    other = pretrain(dataclasses.replace(spec, steps=3), records, records[:5], tmp_path / "m")
+    assert not other["cached"] and other["fingerprint"] != first["fingerprint"]
+    assert not pretrain(spec, records[1:], records[:5], tmp_path / "m")["cached"]
+
+
+# tokenizer spec -> (family marker the tokens show, architecture)
+TOKENIZERS = {
+    "bytelevel-bpe:400": ("Ġ", "gpt2"),
+    "sentencepiece-bpe:400": ("▁", "llama"),
+    "wordpiece:400": ("##", "gpt2"),
+}
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_tenant_models_pretrain_with_their_own_tokenizer_and_architecture(
+    tmp_path: Path, tokenizer: str
+) -> None:
+    marker, arch = TOKENIZERS[tokenizer]
+    records = generate(40, seed=1)
+    spec = PretrainSpec(
+        shape=dataclasses.replace(TINY, arch=arch), steps=2, batch_size=4, warmup_steps=1,
+        tokenizer=tokenizer,
+    )
+    report = pretrain(spec, records, records[:5], tmp_path / "m")
+    model, loaded = load_pretrained(str(tmp_path / "m"))
+    assert model.config.model_type == arch
+    assert len(loaded) == report["vocab_size"] == model.config.vocab_size
+    assert 300 < len(loaded) <= 400
+    assert any(marker in token for token in loaded.get_vocab())
+    assert report["spec"]["tokenizer"] == tokenizer
+
+
+def test_minilm_wordpiece_is_the_shipped_vocabulary_made_causal() -> None:
+    from fedtune.benchmarks.vocabularies import pretrain_tokenizer
+    from fedtune.data.tokenize import encode_examples
+    from fedtune.data.formats import to_example
+
+    tokenizer = pretrain_tokenizer("minilm-wordpiece", [])
+    assert len(tokenizer) == 30_522
+    record = generate(1, seed=0)[0]
+    [encoded] = encode_examples([to_example(record)], tokenizer, 512)
+    ids = encoded["input_ids"]
+    # [CLS] opens the prompt; [SEP] only ends the response (no BERT [SEP] after the prompt);
+    # no padding or truncation to 128 tokens.
+    assert ids[0] == tokenizer.cls_token_id == tokenizer.bos_token_id
+    assert ids.count(tokenizer.sep_token_id) == 1 and ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.pad_token_id not in ids
+    long_text = "word " * 300
+    assert len(tokenizer(long_text)["input_ids"]) == 301
 
 
 def test_cli_rejects_unknown_model_and_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,3 +122,32 @@ def test_fedpt_family_scores_the_proxy_and_the_small_model(ci_workspace: Path, t
     from fedtune.benchmarks.report import quality_markdown
 
     assert "small-model EM" in quality_markdown(results)
+
+
+def _part(seed: int, em: float) -> dict[str, Any]:
+    """A results document of one seed: Zero-Shot (deterministic) and one method."""
+    def run(method: str, kind: str, run_seed: int | None, value: float) -> dict[str, Any]:
+        rows = [{"round": 0.0, "em": 0.1, "test_loss": 1.0}, {"round": 2.0, "em": value, "test_loss": 0.9}]
+        return {"method": method, "kind": kind, "seed": run_seed, "seconds": 1.0, "rounds": rows}
+
+    return {
+        "spec": {"seeds": [seed], "rounds": 2}, "suite": {"test": {"records": 10}}, "split": {},
+        "base_model": "m", "categories": [], "provenance": {"measured_at_commit": "abc"},
+        "runs": [run("zero-shot", "baseline", None, 0.1), run("fedmkt", "algorithm", seed, em)],
+    }
+
+
+def test_results_split_by_seed_merge_into_one_table() -> None:
+    from fedtune.benchmarks.quality import merge_results
+
+    merged = merge_results([_part(0, 0.2), _part(1, 0.4)])
+    assert merged["spec"]["seeds"] == [0, 1]
+    assert [(r["method"], r["seed"]) for r in merged["runs"]] == [("zero-shot", None), ("fedmkt", 0), ("fedmkt", 1)]
+    rows = {row["method"]: row for row in merged["table"]}
+    assert rows["fedmkt"]["metrics"]["em"]["n"] == 2 and rows["fedmkt"]["metrics"]["em"]["mean"] == pytest.approx(0.3)
+    assert rows["zero-shot"]["metrics"]["em"]["n"] == 1
+    with pytest.raises(ConfigError, match="share seeds"):
+        merge_results([_part(0, 0.2), _part(0, 0.4)])
+    other = _part(1, 0.4) | {"provenance": {"measured_at_commit": "def"}}
+    with pytest.raises(ConfigError, match=r"differ in \['provenance'\]"):
+        merge_results([_part(0, 0.2), other])

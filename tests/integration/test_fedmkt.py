@@ -3,6 +3,7 @@ three tokenizers), only knowledge crosses, bytes in the summary, and clear bad-i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from safetensors import safe_open
 
 from fedtune.config import parse_job
-from fedtune.core.errors import ConfigError, DataError, FedtuneError
+from fedtune.core.errors import ConfigError, DataError, FedtuneError, QuorumError
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
@@ -119,8 +120,81 @@ def test_public_set_hash_mismatch_is_refused(tmp_path):
     from fedtune.data.formats import Example
 
     a = [Example("i", "", "r")]
-    with pytest.raises(DataError, match=r"tenant 'x': the public set at 'p.jsonl' \(1 examples\) hashes to"):
+    with pytest.raises(DataError, match=r"tenant 'x': the public set at 'p.jsonl' \(1 examples\) has content hash"):
         check_same_public("0" * 64, a, "p.jsonl", "tenant 'x'")
+
+
+def _altered_public_for(tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tenant``'s copy of the public set has one response changed (the others' do not)."""
+    from fedtune.training.context import TenantContext
+
+    original = TenantContext.shared_public_examples
+
+    def altered(self: TenantContext) -> list[Any]:
+        examples = original(self)
+        if self.tenant == tenant:
+            examples[0] = dataclasses.replace(examples[0], response=examples[0].response + " (edited)")
+        return examples
+
+    monkeypatch.setattr(TenantContext, "shared_public_examples", altered)
+
+
+def test_a_tenant_whose_public_set_differs_refuses_the_broadcast_and_is_rejected(tmp_path, monkeypatch):
+    from fedtune.algorithms.fedmkt.public import public_hash
+    from fedtune.training.context import read_public
+
+    _altered_public_for("tenant-b", monkeypatch)
+    data = fedmkt_job(tmp_path)
+    data["rounds"], data["min_clients"] = 1, 2
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    record = summary["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-c"]
+    # The provider learns the kind (fixed text), never the tenant's values ...
+    assert "PublicSetMismatch" in record["rejected"]["tenant-b"]
+    assert "copy of the public set differs from the provider's" in record["rejected"]["tenant-b"]
+    # ... the tenant reads the full error in its own store: both content hashes.
+    details = next((Path(job.workdir) / "tenants" / "tenant-b").rglob("errors/*.txt")).read_text()
+    public = read_public(job.public_data_uri)[: job.algorithm.public_size]
+    theirs = [dataclasses.replace(public[0], response=public[0].response + " (edited)"), *public[1:]]
+    assert f"sha256:{public_hash(public)}" in details and f"sha256:{public_hash(theirs)}" in details
+    assert "refuses the broadcast" in details and "fix: Give every party the same public_data_uri" in details
+
+
+def test_a_public_set_mismatch_below_quorum_stops_the_round(tmp_path, monkeypatch):
+    _altered_public_for("tenant-b", monkeypatch)
+    data = fedmkt_job(tmp_path)
+    data["rounds"] = 1  # min_clients 3: every tenant is needed
+    job = parse_job(data)
+    with pytest.raises(QuorumError, match=r"(?s)2 valid update\(s\) of 3 sampled.*tenant-b: .*PublicSetMismatch"):
+        run_job(job, NullTracker(), RunOptions(progress=False))
+
+
+def test_token_ids_beyond_a_tenants_vocabulary_reject_that_tenant_only(tmp_path, monkeypatch):
+    from fedtune.algorithms.fedmkt.algorithm import FedMKT
+
+    original = FedMKT.client_step
+
+    def oversized_ids(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
+        update, state = original(self, ctx, broadcast, data, client_state)
+        if ctx.tenant == "tenant-a":
+            ids = update.tensors["knowledge/topk_ids"].clone()
+            ids[0, 0] = len(ctx.tokenizer()) + 7  # a valid id for the LLM, not for tenant-a
+            update.tensors["knowledge/topk_ids"] = ids
+        return update, state
+
+    monkeypatch.setattr(FedMKT, "client_step", oversized_ids)
+    data = fedmkt_job(tmp_path)
+    data["rounds"], data["min_clients"] = 2, 2
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    from fedtune.models.tokenizer import load_tokenizer
+
+    vocab = len(load_tokenizer(str(tmp_path / "tok-llama")))
+    for record in summary["rounds"]:  # both rounds go on with the two others
+        assert record["accepted"] == ["tenant-b", "tenant-c"]
+        reason = record["rejected"]["tenant-a"]
+        assert f"token id {vocab + 7} is beyond the tenant's vocabulary of {vocab} tokens" in reason
 
 
 def test_unloadable_tenant_tokenizer_is_refused(tmp_path):
@@ -202,3 +276,109 @@ def test_homogeneous_mode_averages_the_small_models_adapters(tmp_path):
 def test_heterogeneous_job_refuses_fedavg_small(tmp_path):
     with pytest.raises(Exception, match=r"fedavg_small: true averages .* tenant 'tenant-b' has model .*gpt2.* give every tenant the same"):
         parse_job(fedmkt_job(tmp_path, fedavg_small=True))
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A bucket on moto's S3 server, with boto3 pointed at it."""
+    from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
+
+    server = start_moto_server()
+    try:
+        use_fake_aws_env(monkeypatch, server.endpoint_url)
+        yield create_bucket(server.endpoint_url)
+    finally:
+        server.stop()
+
+
+def _upload(store: Any, prefix: str, folder: Path, names: Any = None) -> None:
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and (names is None or p.name in names)):
+        store.put_bytes(f"{prefix}/{path.name}", path.read_bytes())
+
+
+def test_a_tenants_own_model_and_tokenizer_load_from_its_own_s3_store(tmp_path, s3_bucket):
+    from fedtune.models.loading import save_pretrained_dir
+    from fedtune.models.tiny import build_tiny_model
+    from fedtune.models.tokenizer import load_tokenizer
+    from fedtune.storage import open_store
+
+    data = fedmkt_job(tmp_path)
+    # tenant-a's small model, pretrained elsewhere, and its tokenizer, in its own store only.
+    tokenizer = load_tokenizer(str(tmp_path / "tok-llama"))
+    small = {k: v for k, v in SMALL.items() if k != "source"}
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), seed=3, bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **small)
+    save_pretrained_dir(model, tokenizer, tmp_path / "slm")
+    root = f"s3://{s3_bucket}/tenant-a"
+    own = open_store(root)
+    _upload(own, "models/slm", tmp_path / "slm")
+    _upload(own, "tokenizers/sp", tmp_path / "tok-llama")
+    data["tenants"][0].update(
+        store_uri=root, model={"source": "pretrained", "uri": f"{root}/models/slm"},
+        tokenizer=f"{root}/tokenizers/sp",
+    )
+    data["rounds"] = 1
+    job = parse_job(data)
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    assert summary["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
+    # Its client state and its final small model went back into its own store, nowhere else.
+    kept = own.list(f"jobs/{job.name}/")
+    assert any(k.startswith(f"jobs/{job.name}/client-state/") for k in kept)
+    assert f"jobs/{job.name}/artifacts/slm/adapter/adapter_config.json" in kept
+    assert not (Path(job.workdir) / "tenants" / "tenant-a").exists()
+
+
+def test_a_tenant_reads_its_own_model_only_inside_its_own_store(tmp_path, s3_bucket):
+    from fedtune.training.context import TenantContext, own_store_part
+
+    data = fedmkt_job(tmp_path)
+    # tenant-b points at tenant-a's model: refused before anything is read.
+    data["tenants"][1].update(
+        store_uri=f"s3://{s3_bucket}/tenant-b",
+        model={"source": "pretrained", "uri": f"s3://{s3_bucket}/tenant-a/models/slm"},
+    )
+    job = parse_job(data)
+    ctx = TenantContext.from_job(job, "tenant-b", tenants_load_base=False)
+    with pytest.raises(ConfigError, match=r"tenant 'tenant-b': its own model 's3://.*/tenant-a/models/slm' is not inside its store 's3://.*/tenant-b'"):
+        ctx.tokenizer()
+    store = f"s3://{s3_bucket}/tenant-a"
+    with pytest.raises(ConfigError, match="is not inside its store"):  # a bucket-prefix look-alike
+        own_store_part(f"s3://{s3_bucket}/tenant-ab/models/slm", store, "tenant-a", "model")
+    with pytest.raises(ConfigError, match="is not inside its store"):  # no store of its own
+        own_store_part(f"{store}/models/slm", None, "tenant-a", "model")
+    with pytest.raises(FedtuneError, match=r"\.\."):  # climbing out of the prefix
+        own_store_part(f"{store}/../tenant-b/models/slm", store, "tenant-a", "model")
+    assert own_store_part(str(tmp_path / "slm"), store, "tenant-a", "model") is None  # local disk
+
+
+def test_the_example_runs_end_to_end_and_logs_every_model_per_round(tmp_path):
+    """examples/fedmkt.yaml as shipped (three tokenizers, Llama and GPT-2 tenants), shortened
+    to two rounds of two steps: MLflow holds the LLM's and each tenant's SLM's scores, under
+    the model's name, for every round."""
+    import mlflow
+
+    from fedtune.config import load_job
+    from fedtune.tracking.factory import make_tracker
+
+    example = load_job(Path(__file__).resolve().parents[2] / "examples" / "fedmkt.yaml")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = example.model_copy(update={
+        "workdir": str(tmp_path / "work"), "rounds": 2,
+        "training": example.training.model_copy(update={"local_steps": 2}),
+        "tracking": example.tracking.model_copy(update={"tracking_uri": uri}),
+    })
+    summary = run_job(job, make_tracker(job), RunOptions(progress=False))
+    assert [r["accepted"] for r in summary["rounds"]] == [["tenant-a", "tenant-b", "tenant-c"]] * 2
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name(job.tracking.experiment).experiment_id])
+    keys = set(run.data.metrics)
+
+    def rounds_of(key: str) -> set[int]:
+        return {m.step for m in client.get_metric_history(run.info.run_id, key)}
+
+    for key in ("server/eval/llm/acc", "server/eval/llm/rouge_l"):  # the LLM, every round
+        assert key in keys and rounds_of(key) == {1, 2}, sorted(keys)
+    for tenant in ("tenant-a", "tenant-b", "tenant-c"):  # each tenant's SLM, every round
+        named = [k for k in keys if k.endswith((f"eval/slm/acc/{tenant}", f"eval/slm/rouge_l/{tenant}"))]
+        assert named and all(rounds_of(k) == {1, 2} for k in named), sorted(keys)
+    assert [m.name for m in client.search_registered_models()] == [job.name]

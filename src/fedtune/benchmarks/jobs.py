@@ -61,7 +61,7 @@ def bench_job(
     algorithm_overrides: Mapping[str, Any] | None = None,
     data_dir: Path | None = None,
     clients_per_round: int | None = None,
-    tenant_model_dir: Path | None = None,
+    tenant_model_dir: Path | Mapping[str, Path] | None = None,
     differential_privacy: Mapping[str, Any] | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
@@ -70,7 +70,7 @@ def bench_job(
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline. The
     tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
     its own folder), the public set always from the suite. ``tenant_model_dir``: every
-    tenant's own small model (FedMKT), a pretrained folder with its tokenizer.
+    tenant's own small model (FedMKT), a pretrained folder with its tokenizer, or one per tenant name.
     ``differential_privacy``: the job's DP section (DP-FedAvg methods), or None.
     """
     params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
@@ -79,6 +79,11 @@ def bench_job(
         # defined for SGD clients, so the comparison opts in explicitly (and says so).
         params.setdefault("allow_non_sgd_optimizer", True)
     model: dict[str, Any] = {"source": "pretrained", "uri": str(model_dir.resolve())}
+    tenant_dirs = (
+        dict(tenant_model_dir)
+        if isinstance(tenant_model_dir, Mapping)
+        else dict.fromkeys(tenants, tenant_model_dir)
+    )
     if tenants_load_base(algorithm):
         # The benchmark's base is public to every party: FedIT tenants read the same folder.
         model["tenant_uri"] = model["uri"]
@@ -108,8 +113,8 @@ def bench_job(
             "tenants": [
                 {"name": t, "data_uri": str(((data_dir or suite_dir) / f"{t}.jsonl").resolve())}
                 | (
-                    {"model": {"source": "pretrained", "uri": str(tenant_model_dir.resolve())}}
-                    if tenant_model_dir
+                    {"model": {"source": "pretrained", "uri": str(own.resolve())}}
+                    if (own := tenant_dirs.get(t)) is not None
                     else {}
                 )
                 for t in tenants

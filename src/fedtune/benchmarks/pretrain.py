@@ -3,16 +3,20 @@ and more of its category mixture), so federated runs start from models that know
 
 The provider's "large" and "small" models (FedBiOT/Offsite-tuning compress the large one;
 FedPT and FedMKT pair it with the small one) share the shipped byte-level BPE tokenizer, so
-their vocabularies match. Training is plain full-parameter AdamW with linear warm-up and a
+their vocabularies match. FedMKT's heterogeneous tenants' small models use other tokenizers
+(:mod:`fedtune.benchmarks.vocabularies`) and architectures. Training is plain full-parameter AdamW with linear warm-up and a
 cosine decay, the loss on response tokens only (as in fine-tuning), with seeded weights and
 batch order: the same spec gives the same weights on the same machine and thread count.
-It trains on CUDA where a GPU is present, else on the CPU.
+It trains on CUDA where a GPU is present, else on the CPU. A model is pretrained once: its
+report holds a fingerprint of the spec and the records, and a folder whose fingerprint
+matches is kept as it is (``cached`` in the returned report).
 The result is a Hugging Face directory usable as ``model: {source: pretrained, uri: DIR}``,
 with ``fedtune_pretrain.json`` beside it saying how it was made and what it scores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -25,15 +29,16 @@ from typing import Any, Final
 import torch
 
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model
+from fedtune.benchmarks.vocabularies import check_tokenizer_spec, pretrain_tokenizer
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import to_example
 from fedtune.data.tokenize import collate, encode_examples
-from fedtune.models.loading import save_pretrained_dir
+from fedtune.core.errors import ModelError
+from fedtune.models.loading import check_model_dir, save_pretrained_dir
 from fedtune.models.tiny import build_tiny_model
-from fedtune.models.tokenizer import load_tokenizer
 from fedtune.training.local import batch_indices
 
-__all__ = ["REPORT_FILE", "ModelShape", "PretrainSpec", "pretrain"]
+__all__ = ["REPORT_FILE", "ModelShape", "PretrainSpec", "cached_report", "fingerprint", "pretrain"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +71,7 @@ class PretrainSpec:
     min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio
     max_seq_len: int = 160
     seed: int = 0
+    tokenizer: str = "builtin"  # see fedtune.benchmarks.vocabularies
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -82,6 +88,9 @@ def _check(spec: PretrainSpec) -> None:
         problems.append(f"lr={spec.lr} must be > 0")
     if not 0 <= spec.warmup_steps < max(spec.steps, 1):
         problems.append(f"warmup_steps={spec.warmup_steps} must be in [0, steps)")
+    tokenizer_problem = check_tokenizer_spec(spec.tokenizer)
+    if tokenizer_problem:
+        problems.append(tokenizer_problem)
     if problems:
         raise ConfigError(
             "invalid pretraining settings: " + "; ".join(problems),
@@ -111,6 +120,30 @@ def _curve(losses: Sequence[float]) -> list[dict[str, float]]:
     ]
 
 
+def fingerprint(
+    spec: PretrainSpec,
+    train_records: Sequence[Mapping[str, Any]],
+    test_records: Sequence[Mapping[str, Any]],
+) -> str:
+    """SHA-256 of the spec and the records: what decides the pretrained model and its report."""
+    data = json.dumps(
+        {"spec": spec.to_json(), "train": list(train_records), "test": list(test_records)},
+        sort_keys=True,
+    )
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def cached_report(out_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The report of the model in ``out_dir`` if it was pretrained with fingerprint ``key``."""
+    report_file = Path(out_dir) / REPORT_FILE
+    try:
+        report: dict[str, Any] = json.loads(report_file.read_text(encoding="utf-8"))
+        check_model_dir(Path(out_dir))
+    except (OSError, ValueError, ModelError):
+        return None
+    return report if report.get("fingerprint") == key else None
+
+
 def pretrain(
     spec: PretrainSpec,
     train_records: Sequence[Mapping[str, Any]],
@@ -118,6 +151,7 @@ def pretrain(
     out_dir: str | Path,
     *,
     progress: Callable[[int, float], Any] | None = None,
+    reuse: bool = True,
 ) -> dict[str, Any]:
     """Train a tiny model from scratch and save it as a Hugging Face directory.
 
@@ -127,9 +161,10 @@ def pretrain(
         test_records: Held-out records; their exact match is recorded in the report.
         out_dir: Where the model directory goes (created; existing files are replaced).
         progress: Called with (step, loss) after every step.
+        reuse: Keep a model already in ``out_dir`` with the same fingerprint (no training).
 
     Returns:
-        The report also written to ``out_dir/fedtune_pretrain.json``.
+        The report also written to ``out_dir/fedtune_pretrain.json`` (``cached``: reused).
 
     Raises:
         ConfigError: On invalid settings.
@@ -137,7 +172,12 @@ def pretrain(
         DataError: If no record fits ``max_seq_len``.
     """
     _check(spec)
-    tokenizer = load_tokenizer("builtin")
+    key = fingerprint(spec, train_records, test_records)
+    found = cached_report(out_dir, key) if reuse else None
+    if found is not None:
+        logger.info("kept %s: pretrained before with the same spec and records", out_dir)
+        return found | {"cached": True}
+    tokenizer = pretrain_tokenizer(spec.tokenizer, train_records)
     shape = spec.shape
     model = build_tiny_model(
         shape.arch,  # type: ignore[arg-type]  # checked by build_tiny_model
@@ -189,6 +229,8 @@ def pretrain(
     out = save_pretrained_dir(model.to("cpu"), tokenizer, out_dir)  # type: ignore[arg-type]
     report = {
         "spec": spec.to_json(),
+        "fingerprint": key,
+        "vocab_size": len(tokenizer),
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_records": len(encoded),
         "seconds": seconds,
@@ -201,6 +243,7 @@ def pretrain(
         "test": metrics,
     }
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    report["cached"] = False
     logger.info(
         "pretrained %s (%d parameters) in %.0f s: loss %.3f, test EM %.3f",
         out,

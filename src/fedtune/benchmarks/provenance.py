@@ -1,24 +1,36 @@
-"""Which source a benchmark result came from: the git commit of the fedtune checkout."""
+"""Which code produced a benchmark's numbers: the checked-out commit, recorded in its JSON."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+__all__ = ["git_commit", "provenance", "source_commit"]
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    """The short commit checked out at ``cwd``, with ``+dirty`` when tracked files differ
+    from it (then the numbers come from uncommitted code); None outside a git tree."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def source_commit() -> str | None:
-    """The commit of the checkout this package runs from (``+dirty`` with uncommitted
-    changes under ``src/``), or None outside a git checkout."""
-    root = Path(__file__).resolve().parents[3]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
-            capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{commit}+dirty" if dirty else commit
+    """The commit of the checkout this package runs from (see :func:`git_commit`)."""
+    return git_commit(Path(__file__).resolve().parent)
+
+
+def provenance(command: str) -> dict[str, Any]:
+    """``measured_at_commit`` (the code's commit, see :func:`git_commit`) and ``command``."""
+    return {"measured_at_commit": source_commit(), "command": command}

@@ -49,6 +49,7 @@ records (lower leaks less).
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import tempfile
@@ -77,7 +78,7 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.loading import load_pretrained
 from fedtune.tracking.base import NullTracker
 
-__all__ = ["BASELINES", "FEDIT", "SPLITS", "QualitySpec", "run_quality", "summarize"]
+__all__ = ["BASELINES", "FEDIT", "SPLITS", "QualitySpec", "merge_results", "run_quality", "summarize"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +137,16 @@ class QualitySpec:
     audit_records: int = 0  # records of the memorization audit per run (0: no audit)
     # The differential_privacy section of methods with dp.* settings (they override it).
     privacy: Mapping[str, Any] = field(default_factory=dict)
+    # Each tenant's own small model by workspace model name (FedMKT's heterogeneous
+    # comparison); empty: every tenant the ``small`` model.
+    tenant_models: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
         data = asdict(self)
         data["algorithm_params"] = {k: dict(v) for k, v in self.algorithm_params.items()}
         data["privacy"] = dict(self.privacy)
+        data["tenant_models"] = dict(self.tenant_models)
         return data
 
     def eval_rounds(self) -> list[int]:
@@ -193,6 +198,17 @@ def _privacy(method: Method, spec: QualitySpec) -> dict[str, Any] | None:
     return {**spec.privacy, **method.privacy} if method.privacy else None
 
 
+def _averaging_small(spec: QualitySpec) -> list[str]:
+    """The methods that average the tenants' small models (FedAvg's parameter mean)."""
+    found = [b for b in spec.baselines if b == "fedavg-small"]
+    for label in spec.algorithms:
+        method = parse_method(label)
+        settings = {**spec.algorithm_params.get(method.algorithm, {}), **method.params}
+        if method.algorithm in TENANT_MODELS and settings.get("fedavg_small"):
+            found.append(label)
+    return found
+
+
 def _check(spec: QualitySpec) -> None:
     registered = algorithm_names()
     problems = []
@@ -219,6 +235,12 @@ def _check(spec: QualitySpec) -> None:
         problems.append(f"clients_per_round={spec.clients_per_round} must be >= 1")
     if spec.audit_records < 0:
         problems.append(f"audit_records={spec.audit_records} must be >= 0 (0: no audit)")
+    averaged = _averaging_small(spec) if spec.tenant_models else []
+    if averaged:
+        problems.append(
+            f"method(s) {averaged} average the tenants' small models, which is undefined when "
+            "each tenant has its own model of another architecture or tokenizer (tenant_models)"
+        )
     if problems:
         raise ConfigError(
             "invalid quality benchmark: " + "; ".join(problems),
@@ -244,6 +266,13 @@ class _Bench:
                 workspace.suite_dir, spec.fewshot
             )
         self.tenants = sorted(self.split_manifest["tenants"])
+        unknown = sorted(set(spec.tenant_models) - set(self.tenants))
+        if unknown:
+            raise ConfigError(
+                f"tenant_models names tenant(s) {unknown} that the {spec.split!r} split does "
+                f"not have (its tenants: {self.tenants})",
+                fix="Name the split's tenants in the preset's tenant_models.",
+            )
         self.participants = self._participants()
         self.shares = {t: category_shares(self.split_manifest, t) for t in self.tenants}
         base, tokenizer = load_pretrained(str(self.model_dir))
@@ -265,7 +294,7 @@ class _Bench:
         self.zero_shot["local_em"] = self.local_em(self.zero_shot)
         if self.audit is not None:
             self.zero_shot.update(self.audit(base, tokenizer))
-        self._small_zero_shot: Metrics | None = None
+        self._zero_shots: dict[Path, Metrics] = {}
         # Rows name the model they score (LLM or SLM) when FedMKT is compared.
         self.per_model = any(parse_method(a).algorithm in TENANT_MODELS for a in spec.algorithms)
         self._eval_sets: dict[str, EvalSet] = {}
@@ -285,13 +314,24 @@ class _Bench:
     def small_dir(self) -> Path:
         return self.workspace.require_model(SMALL_MODEL)
 
-    def small_zero_shot(self) -> Metrics:
-        """The untrained small model's scores (round 0 of the small-model methods)."""
-        if self._small_zero_shot is None:
-            base, _ = load_pretrained(str(self.small_dir))
-            self._small_zero_shot = evaluate_model(base, self.eval_set)
-            self._small_zero_shot["local_em"] = self.local_em(self._small_zero_shot)
-        return dict(self._small_zero_shot)
+    def slm_dir(self, tenant: str) -> Path:
+        """The tenant's own small model: ``tenant_models[tenant]``, else the ``small`` one."""
+        return self.workspace.require_model(self.spec.tenant_models.get(tenant, SMALL_MODEL))
+
+    def slm_dirs(self) -> set[Path]:
+        """Every tenant's small model folder (resolved)."""
+        return {self.small_dir.resolve(), *(self.slm_dir(t).resolve() for t in self.tenants)}
+
+    def small_zero_shot(self, model_dir: Path | None = None) -> Metrics:
+        """An untrained small model's scores (round 0 of the small-model methods); default:
+        the ``small`` model."""
+        key = (model_dir or self.small_dir).resolve()
+        if key not in self._zero_shots:
+            base, tokenizer = load_pretrained(str(key))
+            scores = evaluate_model(base, self.eval_set_for(tokenizer), tokenizer)
+            scores["local_em"] = self.local_em(scores)
+            self._zero_shots[key] = scores
+        return dict(self._zero_shots[key])
 
     def local_em(self, metrics: Metrics) -> float:
         """The global model's EM on each tenant's own task mix, averaged over tenants."""
@@ -311,7 +351,9 @@ class _Bench:
         variant: Mapping[str, Any] | None = None,
         privacy: Mapping[str, Any] | None = None,
     ) -> JobConfig:
-        tenant_model = self.small_dir if algorithm in TENANT_MODELS else None
+        tenant_model = (
+            {t: self.slm_dir(t) for t in tenants} if algorithm in TENANT_MODELS else None
+        )
         overrides: dict[str, Any] | None = dict(variant) if variant else None
         if algorithm in PROXY_TUNED:
             # Tenants federate the small model; the benchmark's model is the large black box.
@@ -362,7 +404,7 @@ class _Bench:
         if job.algorithm.name in TENANT_MODELS:
             rows[-1].update(self.score_tenant_models(job))
         if self.per_model:
-            on_small = Path(str(getattr(job.model, "uri", ""))).resolve() == self.small_dir.resolve()
+            on_small = Path(str(getattr(job.model, "uri", ""))).resolve() in self.slm_dirs()
             for row in rows:
                 row.update(_as_model(row, "slm" if on_small else "llm", [t.name for t in job.tenants]))
         if self.audit is not None:
@@ -392,11 +434,7 @@ class _Bench:
             adapter = {k.removeprefix("adapter/"): v for k, v in state.tensors.items() if k.startswith("adapter/")}
             tokenizer = env.ctx.tokenizer()
             per_tenant[tenant] = evaluate_model(env.ctx.peft_model(adapter), self.eval_set_for(tokenizer), tokenizer)
-        metrics = {f"slm/em/{t}": m["em"] for t, m in per_tenant.items()}
-        metrics["slm/em"] = statistics.fmean(m["em"] for m in per_tenant.values())
-        metrics["slm/test_loss"] = statistics.fmean(m["test_loss"] for m in per_tenant.values())
-        metrics["slm/local_em"] = statistics.fmean(local_score(m, self.shares[t]) for t, m in per_tenant.items())
-        return metrics
+        return _tenant_means(per_tenant, self.shares)
 
     def model_of(
         self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
@@ -429,16 +467,18 @@ class _Bench:
         from fedtune.algorithms.fedpt import FedPT
 
         uri = getattr(env.ctx.model_config, "uri", None)
-        small_dir = self.workspace.model_dir(SMALL_MODEL).resolve()
-        on_small = uri is not None and Path(uri).resolve() == small_dir
+        small_dirs = {self.workspace.model_dir(SMALL_MODEL).resolve()}
+        if self.spec.tenant_models:
+            small_dirs = self.slm_dirs()
+        on_small = uri is not None and Path(uri).resolve() in small_dirs
         if isinstance(env.algorithm, FedPT):
             return self.score_proxy(env, state, workdir, round_index)
         if isinstance(env.algorithm, LoraFedAlgorithm) and round_index == 0:
             # LoRA's B starts at zero, so the initial global model is the base model.
-            scores = self.small_zero_shot() if on_small else dict(self.zero_shot)
+            scores = self.small_zero_shot(Path(uri)) if on_small else dict(self.zero_shot)
             return {k: v for k, v in scores.items() if not k.startswith("leakage")}
         model, tokenizer = self.model_of(env, state, workdir, round_index)
-        metrics = evaluate_model(model, self.eval_set, tokenizer)
+        metrics = evaluate_model(model, self.eval_set_for(tokenizer), tokenizer)
         metrics["local_em"] = self.local_em(metrics)
         return metrics
 
@@ -498,7 +538,7 @@ class _Bench:
 
     def standalone_small(self, seed: int) -> list[Metrics]:
         """Each tenant's small model trained alone (FedMKT's Standalone SLMs)."""
-        return self.standalone(seed, self.small_dir)
+        return self.standalone(seed, {t: self.slm_dir(t) for t in self.tenants})
 
     def fedavg_small(self, seed: int) -> list[Metrics]:
         """FedAvg on the small model (FedPT's small-model baseline)."""
@@ -514,7 +554,11 @@ class _Bench:
             )
             return self.run(job)
 
-    def standalone(self, seed: int, model_dir: Path | None = None) -> list[Metrics]:
+    def standalone(
+        self, seed: int, model_dirs: Mapping[str, Path] | None = None
+    ) -> list[Metrics]:
+        """Each tenant alone (FedAvg with one client), on the benchmark's model or on its
+        own small model (``model_dirs``)."""
         per_tenant: dict[str, list[Metrics]] = {}
         for tenant in self.tenants:
             with tempfile.TemporaryDirectory(prefix="fedtune-quality-") as tmp:
@@ -525,7 +569,7 @@ class _Bench:
                     seed=seed,
                     workdir=Path(tmp),
                     local_steps=self.spec.local_steps,
-                    model_dir=model_dir,
+                    model_dir=model_dirs[tenant] if model_dirs else None,
                 )
                 per_tenant[tenant] = self.run(job)
         rows = []
@@ -538,7 +582,7 @@ class _Bench:
                 for t, r in zip(self.tenants, round_rows, strict=True)
             )
             row["round"] = float(self.spec.eval_rounds()[index])
-            if self.per_model and model_dir is not None:
+            if self.per_model and model_dirs is not None:
                 # Each tenant's own model, as FedMKT's rows report them.
                 row.update({f"slm/em/{t}": r["em"] for t, r in zip(self.tenants, round_rows, strict=True)})
                 row["slm/local_em"] = row["local_em"]
@@ -548,8 +592,45 @@ class _Bench:
     def zero_shot_rows(self) -> list[Metrics]:
         row = dict(self.zero_shot)
         if self.per_model:
-            row |= _as_model(row, "llm", self.tenants) | _as_model(self.small_zero_shot(), "slm", self.tenants)
+            row |= _as_model(row, "llm", self.tenants) | self.slm_zero_shot()
         return [{**row, "round": float(r)} for r in self.spec.eval_rounds()]
+
+    def slm_zero_shot(self) -> Metrics:
+        """Every tenant's untrained small model under its ``slm/*`` names."""
+        if not self.spec.tenant_models:
+            return _as_model(self.small_zero_shot(), "slm", self.tenants)
+        per_tenant = {t: self.small_zero_shot(self.slm_dir(t)) for t in self.tenants}
+        return _tenant_means(per_tenant, self.shares)
+
+    def tenant_model_info(self) -> dict[str, dict[str, Any]]:
+        """Each tenant's small model: workspace name, architecture, tokenizer, sizes (from
+        its pretraining report)."""
+        from fedtune.benchmarks.pretrain import REPORT_FILE
+
+        info = {}
+        for tenant in self.tenants:
+            folder = self.slm_dir(tenant)
+            report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+            spec = report["spec"]
+            info[tenant] = {
+                "model": folder.name,
+                "arch": spec["shape"]["arch"],
+                "layers": spec["shape"]["num_layers"],
+                "hidden": spec["shape"]["hidden_size"],
+                "tokenizer": spec.get("tokenizer", "builtin"),
+                "vocab_size": report.get("vocab_size", len(load_pretrained(str(folder))[1])),
+                "parameters": report["parameters"],
+            }
+        return info
+
+
+def _tenant_means(per_tenant: Mapping[str, Metrics], shares: Mapping[str, Mapping[str, float]]) -> Metrics:
+    """``slm/em/<tenant>``, and over tenants ``slm/em``, ``slm/local_em``, ``slm/test_loss``."""
+    metrics = {f"slm/em/{t}": m["em"] for t, m in per_tenant.items()}
+    metrics["slm/em"] = statistics.fmean(m["em"] for m in per_tenant.values())
+    metrics["slm/test_loss"] = statistics.fmean(m["test_loss"] for m in per_tenant.values())
+    metrics["slm/local_em"] = statistics.fmean(local_score(m, shares[t]) for t, m in per_tenant.items())
+    return metrics
 
 
 def _as_model(row: Metrics, model: str, tenants: Sequence[str]) -> Metrics:
@@ -629,11 +710,56 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
             "files": bench.split_manifest["files"],
         },
         "base_model": str(bench.model_dir),
+        **({"tenant_models": bench.tenant_model_info()} if spec.tenant_models else {}),
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,
         "table": table,
         "claims": evaluate_claims(table),
     }
+
+
+def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One results document from runs of the same benchmark split by seed (e.g. one process
+    per seed on a machine with cores to spare): the runs pooled (a deterministic run such as
+    Zero-Shot once), the table and the claims recomputed.
+
+    Raises:
+        ConfigError: The parts differ in anything but their seeds, or share a seed.
+    """
+    first = parts[0]
+    fixed = ("suite", "split", "categories", "tenant_models")
+    spec = {k: v for k, v in first["spec"].items() if k != "seeds"}
+
+    def code(part: Mapping[str, Any]) -> Any:  # the commit, whatever the workspace copy
+        return (part.get("provenance") or {}).get("measured_at_commit")
+
+    for part in parts[1:]:
+        other = {k: v for k, v in part["spec"].items() if k != "seeds"}
+        differ = [k for k in fixed if part.get(k) != first.get(k)] + (["spec"] if other != spec else [])
+        differ += ["base_model"] if Path(part["base_model"]).name != Path(first["base_model"]).name else []
+        differ += ["provenance"] if code(part) != code(first) else []
+        if differ:
+            raise ConfigError(
+                f"results to merge differ in {differ}", fix="Merge runs of one benchmark only."
+            )
+    seeds = [seed for part in parts for seed in part["spec"]["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"results to merge share seeds {seeds}", fix="Give each part other seeds.")
+    runs: dict[tuple[str, Any], Mapping[str, Any]] = {}
+    for part in parts:
+        for run in part["runs"]:
+            runs.setdefault((run["method"], run["seed"]), run)
+    merged = dict(first)
+    merged["spec"] = {**first["spec"], "seeds": sorted(seeds)}
+    if "provenance" in first:
+        merged["provenance"] = {
+            "measured_at_commit": code(first),
+            "commands": [(part.get("provenance") or {}).get("command") for part in parts],
+        }
+    merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
+    merged["table"] = summarize(merged["runs"])
+    merged["claims"] = evaluate_claims(merged["table"])
+    return merged
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from typing import Any, Final
 __all__ = [
     "PLOT_METRICS",
     "is_png",
+    "mined_markdown",
     "plot_rounds",
     "quality_markdown",
     "regenerate_docs",
@@ -131,6 +132,27 @@ def _per_model_lines(results: Mapping[str, Any]) -> list[str]:
         metrics = row["metrics"]
         cells = [_pm(metrics[k]) if k in metrics else "-" for k in keys]
         lines.append(f"| {row['method']} | " + " | ".join(cells) + " |")
+    return lines + _tenant_model_lines(results)
+
+
+def _tenant_model_lines(results: Mapping[str, Any]) -> list[str]:
+    """Which small model each tenant has, when tenants' models differ (``tenant_models``)."""
+    models = results.get("tenant_models")
+    if not models:
+        return []
+    lines = [
+        "",
+        "Each tenant's own small model (pretrained from scratch on the suite's pretraining "
+        "corpus with its own tokenizer):",
+        "",
+        "| tenant | model | architecture | layers x width | tokenizer | vocabulary | parameters |",
+        "|---|---|---|---:|---|---:|---:|",
+    ]
+    for tenant, m in sorted(models.items()):
+        lines.append(
+            f"| {tenant} | {m['model']} | {m['arch']} | {m['layers']} x {m['hidden']} | "
+            f"{m['tokenizer']} | {m['vocab_size']:,} | {m['parameters']:,} |"
+        )
     return lines
 
 
@@ -487,3 +509,23 @@ if __name__ == "__main__":
         page = Path(name)
         page.write_text(regenerate_docs(page.read_text(encoding="utf-8"), page.resolve().parents[1]),
                         encoding="utf-8")
+
+
+def mined_markdown(results: Mapping[str, Any]) -> str:
+    """FedMKT's MinED vocabulary mapping times, cold and cached (``scripts/bench_mined.py``)."""
+    device = results["device"]
+    lines = [
+        f"Device: {device['description']} (torch {device['torch']}, threads: "
+        f"{device['threads']}), rapidfuzz {results['rapidfuzz']}, measured at commit "
+        f"{results['provenance']['measured_at_commit']}.",
+        "",
+        "| pair | cold, wall | cached, wall | cold, CPU | cached, CPU | cold / cached (CPU) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for pair in results["pairs"]:
+        lines.append(
+            f"| {pair['src_vocab']:,} -> {pair['dst_vocab']:,} | {pair['cold_s']:.1f} s | "
+            f"{pair['cached_s']:.2f} s | {pair['cold_cpu_s']:.1f} s | {pair['cached_cpu_s']:.2f} s "
+            f"| {pair['cold_cpu_s'] / pair['cached_cpu_s']:.0f} x |"
+        )
+    return "\n".join(lines) + "\n"

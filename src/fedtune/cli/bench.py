@@ -186,8 +186,10 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
         if args.seed is not None:
             changes["seed"] = args.seed
         spec = dataclasses.replace(spec, **changes)
-        out.print(f"pretraining {name}: {spec.steps} steps ...")
+        out.print(f"pretraining {name}: {spec.steps} steps ({spec.tokenizer} tokenizer) ...")
         report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
+        if report["cached"]:
+            out.print(f"{name}: kept (pretrained before with the same spec and suite)")
         test = report["test"]
         per_category = ", ".join(
             f"{c} {test[f'em/{c}']:.2f}" for c in suite.spec.tenant_mixture if f"em/{c}" in test
@@ -206,11 +208,13 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
 def _add_pretrain(kinds: Any) -> None:
     p = kinds.add_parser(
         "pretrain",
-        help="build the task suite and pretrain the tiny large/small base models",
+        help="build the task suite and pretrain the tiny base models (large, small, and the "
+        "heterogeneous tenants' small models)",
         description="Write the synthetic task suite (non-IID tenants, a public set with "
         "another category mixture, a held-out test set) to DIR/suite and pretrain the base "
         "models from scratch on the public set into DIR/models/NAME (Hugging Face "
-        "directories). Deterministic given the seed.",
+        "directories), each with its own tokenizer. Deterministic given the seed; a model "
+        "already pretrained with the same spec and suite is kept.",
     )
     _common(p)
     p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
@@ -222,12 +226,13 @@ def _add_pretrain(kinds: Any) -> None:
 # -- quality ------------------------------------------------------------------------------------
 def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.provenance import provenance
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
     from fedtune.core.errors import ConfigError
 
     preset = get_preset(args.preset)
-    if args.comparison in ("fedmkt", "dp") and args.split == "fewshot":
+    if args.comparison != "fedit" and args.split == "fewshot":
         raise ConfigError(
             f"--comparison {args.comparison} runs on the suite's tenants, not --split fewshot",
             fix=f"Drop --split fewshot (or --comparison {args.comparison}).",
@@ -235,8 +240,10 @@ def _bench_quality(args: argparse.Namespace) -> int:
     spec = preset.fewshot_quality if args.split == "fewshot" else preset.quality
     if args.comparison == "fedmkt":
         spec = preset.fedmkt_quality
-    if args.comparison == "dp":
+    elif args.comparison == "dp":
         spec = preset.dp_quality
+    elif args.comparison == "fedmkt-hetero":
+        spec = preset.fedmkt_hetero_quality
     changes: dict[str, Any] = {}
     for option in (
         "algorithms",
@@ -259,7 +266,15 @@ def _bench_quality(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(spec, **changes)
     spec = dataclasses.replace(spec, algorithm_params=_quality_params(spec, _params(args.param)))
     workspace = _workspace(args)
+    # Taken before the run: the code that runs is the code checked out now.
+    measured = provenance(
+        f"fedtune bench quality --out {args.out} --preset {args.preset} --comparison "
+        f"{args.comparison} --split {args.split}"
+        + (f" --threads {args.threads}" if args.threads is not None else "")
+        + (f" (changed: {sorted(changes)})" if changes or args.param else "")
+    )
     results = run_quality(workspace, spec, log=out.print)
+    results["provenance"] = measured
     out_dir = workspace.quality_dir
     _write_json(out_dir / "results.json", results)
     markdown = quality_markdown(results)
@@ -303,11 +318,13 @@ def _add_quality(kinds: Any) -> None:
     )
     p.add_argument(
         "--comparison",
-        choices=["fedit", "fedmkt", "dp"],
+        choices=["fedit", "fedmkt", "fedmkt-hetero", "dp"],
         default="fedit",
         help="the preset's methods: FedIT's (default), FedMKT's comparison (fedmkt, LLM2SLM "
         "as fedmkt@llm_frozen=true, zero-shot, standalone-small, centralized, fedavg-small; "
-        "the LLM and every tenant's small model scored), or dp: utility and memorization "
+        "the LLM and every tenant's small model scored); fedmkt-hetero: the same with each "
+        "tenant's own small model of another architecture and tokenizer (pretrained by "
+        "`bench pretrain`), without FedAvg, which is undefined across different models; dp: utility and memorization "
         "against epsilon (FedAvg, DP-FedAvg at several fedavg@dp.noise_multiplier=Z)",
     )
     p.add_argument(

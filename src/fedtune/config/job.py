@@ -52,7 +52,8 @@ class LoraConfig(StrictModel):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     target_modules: list[str] | None = Field(
         None,
-        description="Module names to adapt; default per architecture (Llama q_proj,v_proj; GPT-2 c_attn).",
+        description="Module names to adapt; default per architecture (Llama q_proj,v_proj; GPT-2 "
+        "c_attn); [all-linear]: every linear layer of each block, on any architecture.",
     )
 
 

@@ -55,6 +55,17 @@ class DataError(FedtuneError):
     redacted_message = "the tenant's dataset or one of its records cannot be used"
 
 
+class PublicSetMismatch(DataError):
+    """A party's copy of the shared public set differs from the provider's (FedMKT)."""
+
+    exit_code = 13
+    fix = "Give every party the same public_data_uri content (and the same algorithm.public_size)."
+    redacted_message = (
+        "the tenant's copy of the public set differs from the provider's (its content hash "
+        "does not match the broadcast's)"
+    )
+
+
 class StoreError(FedtuneError):
     """An object store cannot be reached, or a key is missing or not allowed."""
 

@@ -62,7 +62,7 @@ def check_model(job: JobConfig) -> None:
     """
     import torch
 
-    from fedtune.models.lora import DEFAULT_TARGETS, _check_targets
+    from fedtune.models.lora import _check_targets, resolve_targets
     from fedtune.models.tokenizer import load_tokenizer
 
     config = job.model
@@ -80,7 +80,7 @@ def check_model(job: JobConfig) -> None:
         else:
             return
     arch = "gpt2" if getattr(model.config, "model_type", "") == "gpt2" else "llama"
-    _check_targets(model, list(job.lora.target_modules or DEFAULT_TARGETS[arch]))
+    _check_targets(model, resolve_targets(job.lora.target_modules, arch))
 
 
 def _skeleton(uri: str) -> Any:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import PeftModel
@@ -87,12 +88,31 @@ def _with_adapter(path: Path, *, shown: str) -> tuple[torch.nn.Module, PreTraine
     return model, tokenizer
 
 
+def load_pretrained_from_store(
+    store: Any, *, shown: str, tokenizer: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """:func:`load_pretrained` of the model directory that ``store`` (a Store) holds, e.g. a
+    tenant's own store confined to the model's prefix."""
+    with tempfile.TemporaryDirectory(prefix="fedtune-model-") as tmp:
+        download_store_dir(store, Path(tmp), shown=shown)
+        return _load_local(Path(tmp), shown=shown, tokenizer=tokenizer, dtype=None)
+
+
 def _download_dir(uri: str, dest: Path) -> None:
     """Copy every object under the store prefix ``uri`` into ``dest``, keeping relative keys."""
     # Imported here: storage pulls in boto3 only for s3://, and local loads need none of it.
     from fedtune.storage import open_store
 
-    store = open_store(uri)
+    download_store_dir(open_store(uri), dest, shown=uri)
+
+
+def download_store_dir(store: Any, dest: Path, *, shown: str) -> None:
+    """Copy every object of ``store`` (a Store) into ``dest``, keeping relative keys.
+
+    Raises:
+        ModelError: The store holds nothing, or a key would land outside ``dest``.
+    """
+    uri = shown
     keys = store.list()
     if not keys:
         raise ModelError(

@@ -38,9 +38,27 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # Attention projections as in the LoRA paper and FedPT's settings. GPT-2 fuses q, k and v into
 # one Conv1D (``c_attn``) whose weight is stored transposed, hence fan_in_fan_out.
 DEFAULT_TARGETS: dict[str, list[str]] = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"]}
+# ``target_modules: [all-linear]``: every linear layer of a decoder block, whatever the
+# architecture (a job whose tenants' models differ in architecture, e.g. FedMKT's, can name
+# them in one LoRA section). GPT-2's ``c_proj`` is both the attention output and the MLP's.
+ALL_LINEAR = "all-linear"
+ALL_LINEAR_TARGETS: dict[str, list[str]] = {
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+}
 _FAN_IN_FAN_OUT = {"llama": False, "gpt2": True}
 # Error messages list at most this many names, then a count.
 _SHOWN_NAMES = 8
+
+
+def resolve_targets(target_modules: list[str] | None, arch: str) -> list[str]:
+    """The module names LoRA adapts on ``arch``: the given ones, ``all-linear`` spelled out,
+    or the architecture's default."""
+    if target_modules is None:
+        return list(DEFAULT_TARGETS[arch])
+    if list(target_modules) == [ALL_LINEAR]:
+        return list(ALL_LINEAR_TARGETS[arch])
+    return list(target_modules)
 
 
 def apply_lora(
@@ -63,7 +81,8 @@ def apply_lora(
         r: Rank.
         alpha: Scaling numerator (scale = alpha / r).
         dropout: Dropout on the adapter's input.
-        target_modules: Module names to adapt; ``None`` for the architecture's default.
+        target_modules: Module names to adapt; ``None`` for the architecture's default,
+            ``["all-linear"]`` for all linear layers of its blocks.
         arch: ``"llama"`` or ``"gpt2"``; must match ``model.config.model_type``.
         seed: Seed of the ``lora_A`` initialisation; ``None`` uses the current RNG.
 
@@ -96,7 +115,7 @@ def apply_lora(
             "invalid LoRA settings: " + "; ".join(problems),
             fix="Correct the lora section of the job file.",
         )
-    targets = list(target_modules) if target_modules is not None else DEFAULT_TARGETS[arch]
+    targets = resolve_targets(target_modules, arch)
     _check_targets(model, targets)
     config = LoraConfig(
         r=r,

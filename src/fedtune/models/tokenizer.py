@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -112,17 +113,33 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
 
 
 def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
-    """Load the shipped tokenizer (``"builtin"``) or a Hugging Face tokenizer directory.
+    """Load the shipped tokenizer (``"builtin"``) or a Hugging Face tokenizer directory (a
+    path, ``file://`` or ``s3://`` URI).
 
     Raises:
         ModelError: The directory is missing, holds no tokenizer files, or fails to load.
+        StoreError: An ``s3://`` directory cannot be read.
     """
     if spec == BUILTIN:
         root = resources.files("fedtune") / "assets" / "tokenizer"
         # as_file gives a real path even when the package is imported from a zip.
         with resources.as_file(root) as path:
             return _load_dir(Path(path), shown="builtin tokenizer (fedtune/assets/tokenizer)")
+    if spec.startswith("s3://"):
+        from fedtune.storage import open_store
+
+        return load_tokenizer_from_store(open_store(spec), shown=spec)
     return _load_dir(Path(spec.removeprefix("file://")), shown=spec)
+
+
+def load_tokenizer_from_store(store: Any, *, shown: str) -> PreTrainedTokenizerBase:
+    """The tokenizer directory that ``store`` (a Store, e.g. a tenant's own store confined to
+    the tokenizer's prefix) holds, copied to a temporary folder and loaded from there."""
+    from fedtune.models.loading import download_store_dir  # loading imports this module
+
+    with tempfile.TemporaryDirectory(prefix="fedtune-tokenizer-") as tmp:
+        download_store_dir(store, Path(tmp), shown=shown)
+        return _load_dir(Path(tmp), shown=shown)
 
 
 def _load_dir(path: Path, *, shown: str) -> PreTrainedTokenizerBase:

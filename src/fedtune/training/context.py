@@ -84,14 +84,55 @@ def split_examples(
     )
 
 
-def build_model(config: ModelConfig | str, tokenizer_spec: str) -> tuple[torch.nn.Module, Any]:
-    """A frozen base model and its tokenizer from a tiny config or a model directory URI."""
-    from fedtune.models.loading import load_pretrained
+def own_store_part(uri: str, store_uri: str | None, tenant: str, what: str) -> Any:
+    """A tenant's own store confined to ``uri``, where ``uri`` is remote (``s3://``); None for
+    a local path (the tenant's own disk).
+
+    A tenant reads its own model and tokenizer through its own store (its endpoint and
+    credentials), and only below that store's prefix: ``store.child`` refuses keys that
+    climb out of it.
+
+    Raises:
+        ConfigError: ``uri`` is remote but not under the tenant's ``store_uri``.
+    """
+    if not uri.startswith("s3://"):
+        return None
+    from fedtune.storage import open_store
+
+    root = (store_uri or "").rstrip("/")
+    target = uri.rstrip("/")
+    if not root.startswith("s3://") or not target.startswith(root + "/"):
+        raise ConfigError(
+            f"tenant {tenant!r}: its own {what} {uri!r} is not inside its store "
+            f"{store_uri!r}; a tenant reads its own model and tokenizer only from its own store",
+            fix=f"Upload the {what} below tenants[{tenant}].store_uri and point at it there "
+            "(or use a local path).",
+        )
+    return open_store(root).child(target[len(root) + 1 :])
+
+
+def build_model(
+    config: ModelConfig | str,
+    tokenizer_spec: str,
+    *,
+    tenant: str | None = None,
+    store_uri: str | None = None,
+) -> tuple[torch.nn.Module, Any]:
+    """A frozen base model and its tokenizer from a tiny config or a model directory URI.
+
+    With ``tenant`` set (a tenant's own model), remote URIs are read through the tenant's
+    own store ``store_uri`` and must lie inside it (:func:`own_store_part`).
+    """
+    from fedtune.models.loading import load_pretrained, load_pretrained_from_store
     from fedtune.models.tiny import build_tiny_model
-    from fedtune.models.tokenizer import load_tokenizer
+    from fedtune.models.tokenizer import load_tokenizer, load_tokenizer_from_store
+
+    def tokenizer_of(spec: str) -> Any:
+        part = own_store_part(spec, store_uri, tenant, "tokenizer") if tenant else None
+        return load_tokenizer(spec) if part is None else load_tokenizer_from_store(part, shown=spec)
 
     if isinstance(config, TinyModelConfig):
-        tokenizer = load_tokenizer("builtin" if tokenizer_spec == "auto" else tokenizer_spec)
+        tokenizer = tokenizer_of("builtin" if tokenizer_spec == "auto" else tokenizer_spec)
         model = build_tiny_model(
             config.arch,
             vocab_size=len(tokenizer),
@@ -107,9 +148,13 @@ def build_model(config: ModelConfig | str, tokenizer_spec: str) -> tuple[torch.n
         )
     else:
         uri = config.uri if isinstance(config, PretrainedModelConfig) else config
-        model, tokenizer = load_pretrained(uri)
+        part = own_store_part(uri, store_uri, tenant, "model") if tenant else None
+        if part is None:
+            model, tokenizer = load_pretrained(uri)
+        else:
+            model, tokenizer = load_pretrained_from_store(part, shown=uri)
         if tokenizer_spec != "auto":
-            tokenizer = load_tokenizer(tokenizer_spec)
+            tokenizer = tokenizer_of(tokenizer_spec)
     for param in model.parameters():
         param.requires_grad_(False)
     return model, tokenizer
@@ -319,6 +364,15 @@ class TenantBase:
 
     model: TinyModelConfig | str | None
     tokenizer_spec: str = "auto"
+    #: Set for a tenant's own model (FedMKT): remote URIs are read through the tenant's own
+    #: store ``store_uri`` and must lie inside it.
+    owner: str | None = None
+    store_uri: str | None = None
+
+    def build(self) -> tuple[torch.nn.Module, Any]:
+        """The frozen base model and tokenizer this base names (see :func:`build_model`)."""
+        assert self.model is not None  # callers check first
+        return build_model(self.model, self.tokenizer_spec, tenant=self.owner, store_uri=self.store_uri)
 
     @classmethod
     def from_job(cls, job: JobConfig, tenants_load_base: bool) -> TenantBase:
@@ -367,7 +421,10 @@ class TenantContext(_Encoding):
         entry = next((t for t in job.tenants if t.name == tenant), None)
         if entry is not None and entry.model is not None:
             own = entry.model if isinstance(entry.model, TinyModelConfig) else entry.model.uri
-            base = TenantBase(model=own, tokenizer_spec=entry.tokenizer or "auto")
+            base = TenantBase(
+                model=own, tokenizer_spec=entry.tokenizer or "auto", owner=tenant,
+                store_uri=entry.store_uri,
+            )
         else:
             base = TenantBase.from_job(job, tenants_load_base)
         return cls(
@@ -437,7 +494,7 @@ class TenantContext(_Encoding):
             )
         cache = self._cache()
         if "base" not in cache:
-            cache["base"], cache["tokenizer"] = build_model(self.base.model, self.base.tokenizer_spec)
+            cache["base"], cache["tokenizer"] = self.base.build()
         return cache["base"], cache["tokenizer"]
 
 

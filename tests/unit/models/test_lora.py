@@ -62,6 +62,23 @@ def test_gpt2_c_attn_adapter_shapes_follow_fused_qkv() -> None:
     assert a == (4, 32) and b == (3 * 32, 4)
 
 
+# arch -> (every linear layer of a block, adapted modules in 2 layers)
+ALL_LINEAR = {
+    "llama": ({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, 14),
+    "gpt2": ({"c_attn", "c_proj", "c_fc"}, 8),  # c_proj: attention output and MLP output
+}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_all_linear_adapts_every_linear_layer_of_each_architecture(arch: str) -> None:
+    model = lora(arch, targets=["all-linear"])
+    targets, count = ALL_LINEAR[arch]
+    names = adapter_shapes(model)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in names} == targets
+    assert len(names) == 2 * count
+    assert not any("lm_head" in n or "wte" in n or "embed" in n for n in names)
+
+
 def test_explicit_targets_override_default() -> None:
     model = lora("llama", targets=["k_proj"])
     assert all(".k_proj.lora_" in n for n in adapter_shapes(model))

@@ -87,7 +87,7 @@ class Blueprint:
 
     def lora_targets(self, model: torch.nn.Module, lora: LoraConfig) -> list[str]:
         """Full module names of the LoRA targets inside AdapEmu's adapter layers only."""
-        leaves = set(lora.target_modules or lora_helpers.DEFAULT_TARGETS[self.arch])
+        leaves = set(lora_helpers.resolve_targets(lora.target_modules, self.arch))
         order = self.split.emulator_order
         adapter_positions = {k for k, index in enumerate(order) if index in self.split.adapter}
         found = []

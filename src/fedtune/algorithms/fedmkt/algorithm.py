@@ -137,12 +137,17 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     def configure_round(self, ctx: ProviderContext, state: ServerState, round_index: int) -> Broadcast:
         tensors = {k: v for k, v in state.tensors.items() if k.startswith((KNOWLEDGE + "/", SLM_ADAPTER + "/"))}
         tensors.update(prefixed("tokenizer", tokenizer_to_tensors(ctx.tokenizer())))
-        meta = {"round": round_index, "public_hash": state.meta["public_hash"], "top_k": self.config.top_k}
+        meta = {
+            "round": round_index, "public_hash": state.meta["public_hash"], "top_k": self.config.top_k,
+            # What check_update bounds each tenant's token ids by (tokenizers are declared public).
+            "tenant_vocab_sizes": {name: len(tok) for name, tok in self._tenant_tokenizers(ctx).items()},
+        }
         return Broadcast(tensors=tensors, meta=meta)
 
     def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
-        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE (and
-        in homogeneous mode the small model's adapter, see :meth:`_check_slm_adapter`)."""
+        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE, token
+        ids inside the tenant's vocabulary (and in homogeneous mode the small model's adapter,
+        see :meth:`_check_slm_adapter`)."""
         problems: list[str] = []
         expected = {f"{KNOWLEDGE}/{name}" for name in FIELDS}
         adapter = update.group(SLM_ADAPTER)
@@ -165,6 +170,10 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
                 problems.append("ce holds NaN/Inf")
             if (t["topk_ids"] < 0).any() or (t["tokens"] < 0).any():
                 problems.append("negative token ids")
+            vocab = (broadcast.meta.get("tenant_vocab_sizes") or {}).get(tenant)
+            largest = max((int(t[n].max()) for n in ("topk_ids", "tokens") if t[n].numel()), default=-1)
+            if vocab is not None and largest >= int(vocab):
+                problems.append(f"token id {largest} is beyond the tenant's vocabulary of {vocab} tokens")
         if update.nbytes > max_bytes:
             problems.append(f"{update.nbytes} bytes exceed limits.max_update_bytes={max_bytes}")
         if problems:
@@ -183,10 +192,6 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         own = self._knowledge(ctx, model, llm_tok, side, chars, 1)
         received = {name: Knowledge.from_tensors(u.tensors) for name, u in updates.items()}
         tokenizers = self._tenant_tokenizers(ctx)
-        for name, k in received.items():
-            vocab = len(tokenizers[name])
-            if k.topk_ids.size and int(k.topk_ids.max()) >= vocab or k.tokens.size and int(k.tokens.max()) >= vocab:
-                raise UpdateRejected(f"tenant {name!r}: token ids beyond its vocabulary of {vocab}")
         teachers, metrics = server.selected_teachers(
             ctx.store, side, own.ce, received, tokenizers, llm_tok,
             state.meta["public_hash"], len(examples),
@@ -300,11 +305,10 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         """The tenant's small model: its base as a Hugging Face directory, the adapter in
         ``adapter/`` (the layout of the LLM's export)."""
         from fedtune.models.loading import save_pretrained_dir
-        from fedtune.training.context import build_model
 
         adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
         model_dir = out_dir / "slm"
-        base, tokenizer = build_model(ctx.base.model, ctx.base.tokenizer_spec)  # type: ignore[arg-type]
+        base, tokenizer = ctx.base.build()
         save_pretrained_dir(base, tokenizer, model_dir)
         lora_helpers.save_adapter(ctx.peft_model(adapter), model_dir / "adapter")
         tags = {

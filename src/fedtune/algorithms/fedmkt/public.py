@@ -16,7 +16,7 @@ import numpy as np
 
 from fedtune.algorithms.fedmkt.transfer import Side
 from fedtune.algorithms.fedmkt.vocab import canonical_tokens, content_hash
-from fedtune.core.errors import DataError
+from fedtune.core.errors import DataError, PublicSetMismatch
 from fedtune.data.formats import Example
 from fedtune.data.tokenize import encode_example
 
@@ -34,16 +34,14 @@ def check_same_public(expected: str, examples: Sequence[Example], uri: str | Non
     """Refuse a public set whose hash is not the provider's.
 
     Raises:
-        DataError: The hashes differ.
+        PublicSetMismatch: The hashes differ (the message names both).
     """
     found = public_hash(examples)
     if found != expected:
-        raise DataError(
-            f"{who}: the public set at {uri!r} ({len(examples)} examples) hashes to "
-            f"{found[:16]}..., the provider's to {expected[:16]}...; knowledge would be "
-            "compared on different texts",
-            fix="Give every party the same public_data_uri content (and the same "
-            "algorithm.public_size).",
+        raise PublicSetMismatch(
+            f"{who}: the public set at {uri!r} ({len(examples)} examples) has content hash "
+            f"sha256:{found}, the provider's broadcast sha256:{expected}; knowledge would be "
+            "compared on different texts, so this step refuses the broadcast"
         )
 
 
