@@ -13,6 +13,7 @@ with ``fedtune_pretrain.json`` beside it saying how it was made and what it scor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -33,11 +34,26 @@ from fedtune.models.tiny import build_tiny_model
 from fedtune.models.tokenizer import load_tokenizer
 from fedtune.training.local import batch_indices
 
-__all__ = ["REPORT_FILE", "ModelShape", "PretrainSpec", "pretrain"]
+__all__ = [
+    "PROGRESS_FILE",
+    "REPORT_FILE",
+    "ModelShape",
+    "PretrainSpec",
+    "cached_report",
+    "corpus_digest",
+    "plot_curve",
+    "pretrain",
+    "spec_hash",
+]
 
 logger = logging.getLogger(__name__)
 
 REPORT_FILE: Final = "fedtune_pretrain.json"
+# Written beside the model while it trains (the curve so far), replaced by REPORT_FILE at the end.
+PROGRESS_FILE: Final = "fedtune_pretrain.progress.json"
+CURVE_PLOT: Final = "pretrain_curve.png"
+# How often (steps) the progress file is rewritten.
+_PROGRESS_EVERY: Final = 50
 # Loss points kept in the report (the curve is averaged into this many windows).
 _CURVE_POINTS: Final = 20
 
@@ -89,6 +105,73 @@ def _check(spec: PretrainSpec) -> None:
         )
 
 
+def corpus_digest(records: Sequence[Mapping[str, Any]]) -> str:
+    """sha256 of the training records (canonical JSON, in order)."""
+    digest = hashlib.sha256()
+    for record in records:
+        digest.update(json.dumps(record, sort_keys=True).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+def spec_hash(spec: PretrainSpec, corpus: str) -> str:
+    """What identifies a pretrained model: its spec and its corpus's digest (16 hex digits).
+    The same hash on the same machine, library versions and thread count gives the same
+    weights, so a model directory whose report carries it need not be trained again."""
+    text = json.dumps({"spec": spec.to_json(), "corpus": corpus}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def cached_report(out_dir: str | Path, spec: PretrainSpec, corpus: str) -> dict[str, Any] | None:
+    """The report of the model in ``out_dir`` if it was pretrained with this spec and corpus
+    (same :func:`spec_hash`), else None."""
+    path = Path(out_dir) / REPORT_FILE
+    if not path.is_file():
+        return None
+    try:
+        report: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return None
+    return report if report.get("spec_hash") == spec_hash(spec, corpus) else None
+
+
+def plot_curve(report: Mapping[str, Any], path: str | Path) -> Path:
+    """The pretraining loss curve (window means) as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 3.6), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    curve = report["loss_curve"]
+    axes.plot([p["step"] for p in curve], [p["loss"] for p in curve], marker="o", markersize=3)
+    shape = report["spec"]["shape"]
+    axes.set_title(
+        f"pretraining: {shape['num_layers']} layers, hidden {shape['hidden_size']}, "
+        f"{report['spec']['steps']} steps"
+    )
+    axes.set_xlabel("step")
+    axes.set_ylabel("training loss (response tokens)")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    out = Path(path)
+    figure.savefig(out, format="png")
+    return out
+
+
+def _write_progress(out_dir: Path, spec: PretrainSpec, losses: Sequence[float], seconds: float) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = {
+        "spec": spec.to_json(),
+        "step": len(losses),
+        "steps": spec.steps,
+        "seconds": seconds,
+        "loss_curve": _curve(losses),
+    }
+    tmp = out_dir / (PROGRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / PROGRESS_FILE)
+
+
 def _schedule(spec: PretrainSpec) -> Callable[[int], float]:
     """Learning-rate multiplier per step: linear warm-up, then cosine to min_lr_ratio."""
 
@@ -129,7 +212,9 @@ def pretrain(
         progress: Called with (step, loss) after every step.
 
     Returns:
-        The report also written to ``out_dir/fedtune_pretrain.json``.
+        The report also written to ``out_dir/fedtune_pretrain.json`` (with ``spec_hash``, see
+        :func:`cached_report`); the loss curve is also plotted to ``pretrain_curve.png``, and
+        while training, ``fedtune_pretrain.progress.json`` holds the curve so far.
 
     Raises:
         ConfigError: On invalid settings.
@@ -155,6 +240,8 @@ def pretrain(
     # A GPU where one is present (bigger models); the weights are saved from the CPU.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)  # type: ignore[arg-type]  # transformers' stub of .to
+    corpus = corpus_digest(train_records)
+    progress_dir = Path(out_dir)
     encoded = encode_examples(
         [to_example(dict(r)) for r in train_records], tokenizer, spec.max_seq_len
     )
@@ -182,6 +269,8 @@ def pretrain(
             tokens += int(batch["attention_mask"].sum())
             if progress is not None:
                 progress(step, losses[-1])
+            if step % _PROGRESS_EVERY == 0:
+                _write_progress(progress_dir, spec, losses, time.perf_counter() - started)
     seconds = time.perf_counter() - started
     model.eval()
     eval_set = EvalSet(test_records, tokenizer, max_seq_len=spec.max_seq_len)
@@ -189,6 +278,8 @@ def pretrain(
     out = save_pretrained_dir(model.to("cpu"), tokenizer, out_dir)  # type: ignore[arg-type]
     report = {
         "spec": spec.to_json(),
+        "spec_hash": spec_hash(spec, corpus),
+        "corpus_sha256": corpus,
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_records": len(encoded),
         "seconds": seconds,
@@ -201,6 +292,8 @@ def pretrain(
         "test": metrics,
     }
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    plot_curve(report, out / CURVE_PLOT)
+    (out / PROGRESS_FILE).unlink(missing_ok=True)
     logger.info(
         "pretrained %s (%d parameters) in %.0f s: loss %.3f, test EM %.3f",
         out,

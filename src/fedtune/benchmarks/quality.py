@@ -598,7 +598,7 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,
         "table": table,
-        "claims": evaluate_claims(table),
+        "claims": evaluate_claims(runs),
     }
 
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from fedtune.benchmarks.claims import evaluate_claims
+
 __all__ = ["PLOT_METRICS", "is_png", "plot_rounds", "quality_markdown", "system_markdown"]
 
 PLOT_METRICS: Final[dict[str, str]] = {
@@ -78,16 +80,22 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _per_model_lines(results)
-    if results.get("claims"):
+    claims = evaluate_claims(results["runs"])
+    if claims:
         lines += [
             "",
-            "| paper ordering | source | difference | 2 s.e. | verdict |",
-            "|---|---|---:|---:|---|",
+            "Paper orderings, paired by seed: difference = mean of (first - second) over the "
+            "seeds both ran (n), with its 95% t-interval; the verdict rule is "
+            "`fedtune.benchmarks.claims`'s.",
+            "",
+            "| paper ordering | source | n | difference | 95% interval | verdict |",
+            "|---|---|---:|---:|---|---|",
         ]
-        for claim in results["claims"]:
+        for claim in claims:
             lines.append(
-                f"| {claim['claim']} | {claim['source']} | {claim['difference']:+.3f} | "
-                f"{2 * claim['se']:.3f} | {claim['verdict']} |"
+                f"| {claim['claim']} | {claim['source']} | {claim['n']} | "
+                f"{claim['difference']:+.3f} | [{claim['low']:+.3f}, {claim['high']:+.3f}] | "
+                f"{claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -156,7 +156,7 @@ def _write_json(path: Path, data: Any) -> None:
 # -- pretrain -----------------------------------------------------------------------------------
 def _bench_pretrain(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
-    from fedtune.benchmarks.pretrain import pretrain
+    from fedtune.benchmarks.pretrain import cached_report, corpus_digest, pretrain
     from fedtune.benchmarks.suite import build_suite, write_suite
 
     preset = get_preset(args.preset)
@@ -186,8 +186,12 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
         if args.seed is not None:
             changes["seed"] = args.seed
         spec = dataclasses.replace(spec, **changes)
-        out.print(f"pretraining {name}: {spec.steps} steps ...")
-        report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
+        report = cached_report(workspace.model_dir(name), spec, corpus_digest(suite.pretrain))
+        if report is not None and not args.force:
+            out.print(f"{name}: already pretrained with this spec ({report['spec_hash']}), kept")
+        else:
+            out.print(f"pretraining {name}: {spec.steps} steps ...")
+            report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
         test = report["test"]
         per_category = ", ".join(
             f"{c} {test[f'em/{c}']:.2f}" for c in suite.spec.tenant_mixture if f"em/{c}" in test
@@ -216,6 +220,12 @@ def _add_pretrain(kinds: Any) -> None:
     p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
     p.add_argument("--steps", type=int, help="override the pretraining steps of every model")
     p.add_argument("--seed", type=int, help="seed of the suite and the models (default 0)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="pretrain again even where the workspace holds a model of the same spec and "
+        "corpus (by default such a model is kept: pretraining is deterministic)",
+    )
     p.set_defaults(handler=_bench_pretrain)
 
 
