@@ -14,14 +14,36 @@ from fedtune.config.base import StrictModel
 from fedtune.config.models import TinyModelConfig
 
 
+_WEIGHTS_HELP = (
+    "How client updates are weighted in the server's mean: by their num_samples (capped by "
+    "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
+    "dominate by its claimed sample count). "
+)
+
+
 class WeightedMeanConfig(StrictModel):
-    """Algorithms whose aggregation is a weighted mean of client updates."""
+    """Algorithms whose aggregation is a weighted mean of client updates.
+
+    Each algorithm's default follows its paper: FedAvg and FedProx weight by samples
+    (McMahan et al. 2017, Algorithm 1: ``w <- sum_k n_k/n w_k``; Li et al. 2020 keep it);
+    FedOPT and SCAFFOLD average uniformly (Reddi et al. 2021, Algorithm 2:
+    ``Delta_t = 1/|S| sum_i Delta_i``; Karimireddy et al. 2020, Algorithm 1 line 16).
+    """
 
     aggregation_weights: Literal["samples", "uniform"] = Field(
         "samples",
-        description="How client updates are weighted: by their num_samples (FedAvg, capped by "
-        "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
-        "dominate by its claimed sample count).",
+        description=_WEIGHTS_HELP + "Default samples (McMahan et al. 2017, Algorithm 1).",
+    )
+
+
+class UniformMeanConfig(WeightedMeanConfig):
+    """A weighted-mean algorithm whose paper averages client updates uniformly."""
+
+    aggregation_weights: Literal["samples", "uniform"] = Field(
+        "uniform",
+        description=_WEIGHTS_HELP
+        + "Default uniform (Reddi et al. 2021, Algorithm 2; Karimireddy et al. 2020, "
+        "Algorithm 1 line 16).",
     )
 
 
@@ -46,11 +68,13 @@ class FedProxConfig(WeightedMeanConfig):
     )
 
 
-class ScaffoldConfig(StrictModel):
+class ScaffoldConfig(UniformMeanConfig):
     """SCAFFOLD option II (Karimireddy et al. 2020) with client control variates.
 
     Its server update averages client models and control deltas uniformly (Algorithm 1,
-    lines 16-17), so it has no ``aggregation_weights``. Its control variate assumes plain SGD
+    lines 16-17), the default; ``aggregation_weights: samples`` weights the model mean by
+    samples, while the control variate stays the uniform mean (``c`` must remain the mean
+    of every client's ``c_i``, Algorithm 1 line 17). Its control variate assumes plain SGD
     local steps: a job with another client optimizer is refused unless
     ``allow_non_sgd_optimizer`` is set.
     """
@@ -70,8 +94,9 @@ class ScaffoldConfig(StrictModel):
     )
 
 
-class FedOptConfig(WeightedMeanConfig):
-    """FedOPT (Reddi et al. 2021, Algorithm 2): a server optimizer on the mean client delta.
+class FedOptConfig(UniformMeanConfig):
+    """FedOPT (Reddi et al. 2021, Algorithm 2): a server optimizer on the mean client delta,
+    uniform by default as in Algorithm 2 (``aggregation_weights: samples`` for FedAvg's).
 
     No bias correction, as in the paper. ``eta``/``tau`` defaults follow the paper's LoRA-scale
     sweeps rather than Flower's (eta=0.1, tau=1e-3 makes first steps several times the delta).
