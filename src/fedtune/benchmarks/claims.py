@@ -102,6 +102,29 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
     ),
     Claim("fedbiot", "offsite-tuning", "FedBiOT (Wu et al. 2024): beats Offsite-tuning"),
     Claim("fedbiot", "fedot", "FedBiOT (Wu et al. 2024): beats FedOT"),
+    # `--preset fedbiot`: each dropout rate, AdapFu (the row's EM) and AdapEmu.
+    *(
+        Claim(
+            f"fedbiot@dropout={dropout}",
+            f"{baseline}@dropout={dropout}",
+            f"FedBiOT (Wu et al. 2024): {output} beats {name} (dropout {dropout})",
+            metric=metric,
+        )
+        for dropout in ("0.2", "0.5")
+        for baseline, name in (("fedot", "FedOT"), ("offsite-tuning", "Offsite-tuning"))
+        for metric, output in (("em", "AdapFu"), ("adapemu/em", "AdapEmu"))
+    ),
+    # `--preset fedbiot-ablation`: what each part of FedBiOT contributes.
+    Claim(
+        "fedbiot@dropout=0.2",
+        "fedbiot@dropout=0.2@align_steps=0",
+        "FedBiOT (Wu et al. 2024), ablation: per-round emulator alignment helps",
+    ),
+    Claim(
+        "fedbiot@dropout=0.2@adapter_size=4",
+        "fedbiot@dropout=0.2@adapter_size=4@adapter_placement=edges",
+        "FedBiOT (Wu et al. 2024), Algorithm 2's choice: the adapter at the top beats first 2 + last 2",
+    ),
     Claim("fedpt", "fedavg-small", "FedPT (paper 002): beats federated tuning of the small model"),
     Claim("fedpt", "fedavg-pt", "FedPT (paper 002): distillation beats FedAvg+PT"),
     Claim("fedavg-pt", "fedavg-small", "FedPT (paper 002), Table 1: proxy-tuning beats the small model"),

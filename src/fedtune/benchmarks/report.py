@@ -25,6 +25,7 @@ _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _CANDIDATES: Final = "clients/fewfedpit/candidates"
 _KEPT: Final = "clients/fewfedpit/kept"
 _LEAKAGE: Final = ("leakage", "leakage/reproduced")
+_ADAPEMU: Final = "adapemu/em"
 
 
 def _pm(stats: Mapping[str, float], digits: int = 3) -> str:
@@ -43,6 +44,8 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # FewFedPIT's synthetic examples over a run: passed the filters / kept by IFS (what its
     # public parameters train on).
     synthetic = any(_CANDIDATES in row["metrics"] for row in results["table"])
+    # FedBiOT's second output: the emulator with the adapter (the row's EM is AdapFu).
+    adapemu = any(_ADAPEMU in row["metrics"] for row in results["table"])
     lines = [
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
@@ -57,9 +60,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         + (" small-model EM |" if small else "")
         + (" leakage | reproduced |" if leakage else "")
         + (" synthetic passed / kept |" if synthetic else "")
+        + (" AdapEmu EM |" if adapemu else "")
         + " s/run |",
         "|---|---:|---:|---:|---:|"
-        + "---:|" * (len(categories) + small + 2 * leakage + synthetic)
+        + "---:|" * (len(categories) + small + 2 * leakage + synthetic + adapemu)
         + "---:|---:|---:|",
     ]
     for row in results["table"]:
@@ -76,10 +80,12 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
             *([_synthetic(metrics)] if synthetic else []),
+            *([_pm(metrics[_ADAPEMU]) if _ADAPEMU in metrics else "-"] if adapemu else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _per_model_lines(results)
+    lines += _selection_lines(results)
     claims = evaluate_claims(results["runs"])
     if claims:
         lines += [
@@ -98,6 +104,29 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
                 f"{claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _selection_lines(results: Mapping[str, Any]) -> list[str]:
+    """Each tuned method's grid: validation and test EM per point, the selected one marked."""
+    selection = results.get("selection") or {}
+    if not selection:
+        return []
+    lines = [
+        "",
+        "Tuned methods: each grid point's mean final EM over the seeds on the validation split "
+        "(what selects) and on the test split (what the tuned row reports).",
+        "",
+        "| tuned method | grid point | n | validation EM | validation loss | test EM | |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, tuned in selection.items():
+        for point in tuned["grid"]:
+            mark = "**selected**" if point["label"] == tuned["selected"] else ""
+            lines.append(
+                f"| {name} | {point['label']} | {point['n']} | {point['val_em']:.3f} | "
+                f"{point['val_loss']:.3f} | {point['test_em']:.3f} | {mark} |"
+            )
+    return lines
 
 
 def _per_model_lines(results: Mapping[str, Any]) -> list[str]:

@@ -119,8 +119,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset",
         default="default",
-        help="settings preset: default (documented), deep (6-layer large model for the "
-        "FedBiOT family) or ci (seconds)",
+        help="settings preset: default (documented), deep (6-layer large model), ci "
+        "(seconds), or one per table: fedbiot, fedbiot-ablation (8-layer base), fedopt-tuned, "
+        "fedprox-mu, scaffold-sgd",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the preset at the CI sizes (tiny suite and models, 2 seeds, 1 round): checks a "
+        "table end to end in minutes; use its own --out, never for documented numbers",
     )
     parser.add_argument(
         "--threads",
@@ -159,7 +166,7 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.pretrain import cached_report, corpus_digest, pretrain
     from fedtune.benchmarks.suite import build_suite, write_suite
 
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset, smoke_test=args.smoke)
     workspace = _workspace(args)
     suite_spec = (
         preset.suite if args.seed is None else dataclasses.replace(preset.suite, seed=args.seed)
@@ -232,11 +239,12 @@ def _add_pretrain(kinds: Any) -> None:
 # -- quality ------------------------------------------------------------------------------------
 def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.provenance import source_commit
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
     from fedtune.core.errors import ConfigError
 
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset, smoke_test=args.smoke)
     if args.comparison == "fedmkt" and args.split == "fewshot":
         raise ConfigError(
             "--comparison fedmkt runs on the suite's tenants, not --split fewshot",
@@ -268,6 +276,8 @@ def _bench_quality(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(spec, algorithm_params=_quality_params(spec, _params(args.param)))
     workspace = _workspace(args)
     results = run_quality(workspace, spec, log=out.print)
+    results["preset"] = args.preset + (" --smoke" if args.smoke else "")
+    results["commit"] = source_commit()
     out_dir = workspace.quality_dir
     _write_json(out_dir / "results.json", results)
     markdown = quality_markdown(results)
@@ -369,7 +379,7 @@ def _bench_system(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.report import system_markdown
     from fedtune.benchmarks.system import run_system
 
-    spec = get_preset(args.preset).system
+    spec = get_preset(args.preset, smoke_test=args.smoke).system
     changes: dict[str, Any] = {}
     for option in ("algorithms", "reps", "steps", "model", "batch_size"):
         value = getattr(args, option)

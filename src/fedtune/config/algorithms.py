@@ -276,6 +276,22 @@ class FedBiOTConfig(OffsiteFamilyConfig):
         le=100_000,
         description="Emulator alignment steps per round, after aggregation (paper 10).",
     )
+    adapter_placement: Literal["top", "edges"] = Field(
+        "top",
+        description="Where the adapter's adapter_size layers sit: the last ones (paper, "
+        "Algorithm 2) or half first, half last (FedOT's placement; an ablation, not in the "
+        "paper; adapter_size must be even).",
+    )
+
+    @model_validator(mode="after")
+    def _edges_split_evenly(self) -> FedBiOTConfig:
+        if self.adapter_placement == "edges" and self.adapter_size % 2:
+            raise ValueError(
+                f"adapter_placement='edges' splits adapter_size={self.adapter_size} layers "
+                "evenly between the first and last layers; use an even adapter_size (e.g. 4 "
+                "for first 2 + last 2)"
+            )
+        return self
 
 
 class FedOTConfig(OffsiteFamilyConfig):
