@@ -310,14 +310,21 @@ PRESETS: Final[dict[str, Preset]] = {
 }
 
 
+# Algorithm settings a smoke run caps (FedBiOT family's alignment steps).
+_SMOKE_LIMITS: Final = {"pre_distill_steps": 2, "align_steps": 1}
+
+
 def smoke(preset: Preset) -> Preset:
     """``preset`` at the CI preset's sizes, to check a table end to end in minutes: the CI
     suite, every model at the CI width (depth kept: the FedBiOT family needs it), two seeds,
     one round of one local step, pre-distillation of 2 steps; grids and methods unchanged."""
     quality = preset.quality
     params = {
-        a: {**p, **({"pre_distill_steps": 2, "align_steps": min(1, p.get("align_steps", 1))} if "pre_distill_steps" in p else {})}
-        for a, p in quality.algorithm_params.items()
+        algorithm: {
+            **fields,
+            **{k: min(v, limit) for k, limit in _SMOKE_LIMITS.items() if (v := fields.get(k)) is not None},
+        }
+        for algorithm, fields in quality.algorithm_params.items()
     }
     tiny = replace(
         _CI_QUALITY,

@@ -273,6 +273,12 @@ def _bench_quality(args: argparse.Namespace) -> int:
     if args.lora_targets is not None:
         changes["lora_targets"] = None if args.lora_targets == ("default",) else args.lora_targets
     spec = dataclasses.replace(spec, **changes)
+    if args.algorithms is not None:
+        # Only the preset's tuned methods whose whole grid still runs.
+        running = set(spec.algorithms)
+        spec = dataclasses.replace(
+            spec, select={k: v for k, v in spec.select.items() if set(v) <= running}
+        )
     spec = dataclasses.replace(spec, algorithm_params=_quality_params(spec, _params(args.param)))
     workspace = _workspace(args)
     results = run_quality(workspace, spec, log=out.print)
