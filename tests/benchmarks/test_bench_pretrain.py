@@ -41,6 +41,37 @@ def test_same_seed_same_weights_other_seed_other_weights(tmp_path: Path) -> None
     assert weights["a"] != weights["c"]
 
 
+def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    """Checkpoints every 2 steps; a run stopped after step 5 resumes from step 4 and ends
+    bit for bit where an uninterrupted run ends, with the whole loss curve and a plot."""
+    from fedtune.benchmarks.pretrain import CHECKPOINT_DIR, CURVE_PLOT, cached_report, corpus_digest
+    from fedtune.benchmarks.report import is_png
+
+    records = generate(4, seed=3)
+    spec = PretrainSpec(shape=TINY, steps=7, batch_size=4, warmup_steps=1)
+    whole = pretrain(spec, records, records[:5], tmp_path / "whole", checkpoint_every=2)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_5(step: int, loss: float) -> None:
+        if step == 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        pretrain(spec, records, records[:5], tmp_path / "cut", progress=stop_after_5, checkpoint_every=2)
+    state = json.loads((tmp_path / "cut" / CHECKPOINT_DIR / "state.json").read_text())
+    assert state["step"] == 4
+    resumed = pretrain(spec, records, records[:5], tmp_path / "cut", checkpoint_every=2)
+    assert (tmp_path / "cut" / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
+    assert resumed["loss_curve"] == whole["loss_curve"]
+    assert not (tmp_path / "cut" / CHECKPOINT_DIR).exists()
+    assert is_png(tmp_path / "cut" / CURVE_PLOT)
+    # The finished model is found by its spec hash; another spec is not.
+    assert cached_report(tmp_path / "cut", spec, corpus_digest(records)) is not None
+    assert cached_report(tmp_path / "cut", dataclasses.replace(spec, steps=8), corpus_digest(records)) is None
+
+
 def test_pretraining_learns_what_scoring_counts(tmp_path: Path) -> None:
     # One-token answers a tiny model memorises in a few dozen steps: exact match must rise
     # from nothing to most of the records it trained on.

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +55,72 @@ PROGRESS_FILE: Final = "fedtune_pretrain.progress.json"
 CURVE_PLOT: Final = "pretrain_curve.png"
 # How often (steps) the progress file is rewritten.
 _PROGRESS_EVERY: Final = 50
+CHECKPOINT_DIR: Final = "pretrain-checkpoint"
+
+
+class Checkpoint:
+    """A resumable pretraining state in one folder: ``state.safetensors`` (weights, AdamW
+    moments, torch's RNG state) and ``state.json`` (step, spec hash, losses so far). Only a
+    state of the same spec hash is resumed."""
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder = folder
+        self.key = key
+
+    def save(
+        self, model: Any, optimizer: torch.optim.Optimizer, step: int, losses: list[float], tokens: int, seconds: float
+    ) -> None:
+        from safetensors.torch import save_file
+
+        names = {id(p): n for n, p in model.named_parameters()}
+        tensors = {f"model/{n}": p.detach().cpu().contiguous() for n, p in model.named_parameters()}
+        steps = {}
+        for param, state in optimizer.state.items():
+            name = names[id(param)]
+            tensors[f"exp_avg/{name}"] = state["exp_avg"].cpu().contiguous()
+            tensors[f"exp_avg_sq/{name}"] = state["exp_avg_sq"].cpu().contiguous()
+            steps[name] = float(state["step"])
+        tensors["rng"] = torch.get_rng_state()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / "state.safetensors.tmp"
+        save_file(tensors, str(tmp))
+        meta = {"key": self.key, "step": step, "losses": losses, "tokens": tokens, "seconds": seconds, "adam_steps": steps}
+        (self.folder / "state.json.tmp").write_text(json.dumps(meta), "utf-8")
+        # The JSON names the step; it is replaced last, so a crash leaves the previous pair.
+        tmp.replace(self.folder / "state.safetensors")
+        (self.folder / "state.json.tmp").replace(self.folder / "state.json")
+
+    def load(
+        self, model: Any, optimizer: torch.optim.Optimizer
+    ) -> tuple[int, list[float], int, float] | None:
+        """Restore the saved state into ``model`` and ``optimizer``; None if there is none
+        for this spec (or it is incomplete)."""
+        from safetensors.torch import load_file
+
+        meta_path = self.folder / "state.json"
+        if not meta_path.is_file():
+            return None
+        meta = json.loads(meta_path.read_text("utf-8"))
+        if meta.get("key") != self.key:
+            return None
+        tensors = load_file(str(self.folder / "state.safetensors"))
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(tensors[f"model/{name}"])
+                optimizer.state[param] = {
+                    "step": torch.tensor(meta["adam_steps"][name]),
+                    "exp_avg": tensors[f"exp_avg/{name}"].to(param.device),
+                    "exp_avg_sq": tensors[f"exp_avg_sq/{name}"].to(param.device),
+                }
+        torch.set_rng_state(tensors["rng"])
+        return int(meta["step"]), list(meta["losses"]), int(meta["tokens"]), float(meta["seconds"])
+
+    def remove(self) -> None:
+        """Delete the checkpoint (after a finished run)."""
+        for name in ("state.safetensors", "state.json"):
+            (self.folder / name).unlink(missing_ok=True)
+        if self.folder.is_dir() and not any(self.folder.iterdir()):
+            self.folder.rmdir()
 # Loss points kept in the report (the curve is averaged into this many windows).
 _CURVE_POINTS: Final = 20
 
@@ -201,6 +268,7 @@ def pretrain(
     out_dir: str | Path,
     *,
     progress: Callable[[int, float], Any] | None = None,
+    checkpoint_every: int = 100,
 ) -> dict[str, Any]:
     """Train a tiny model from scratch and save it as a Hugging Face directory.
 
@@ -210,6 +278,10 @@ def pretrain(
         test_records: Held-out records; their exact match is recorded in the report.
         out_dir: Where the model directory goes (created; existing files are replaced).
         progress: Called with (step, loss) after every step.
+        checkpoint_every: Steps between resumable checkpoints (``pretrain-checkpoint/``:
+            weights, AdamW moments, RNG state, the curve so far; safetensors + JSON). An
+            interrupted run called again with the same spec and corpus resumes from the
+            last one and ends with the same weights as an uninterrupted run.
 
     Returns:
         The report also written to ``out_dir/fedtune_pretrain.json`` (with ``spec_hash``, see
@@ -247,15 +319,28 @@ def pretrain(
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(spec))
+    checkpoint = Checkpoint(progress_dir / CHECKPOINT_DIR, spec_hash(spec, corpus))
     losses: list[float] = []
     tokens = 0
-    started = time.perf_counter()
-    model.train()
+    done = 0
+    spent = 0.0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
+        resumed = checkpoint.load(model, optimizer)
+        if resumed is not None:
+            done, losses, tokens, spent = resumed
+            with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
+                warnings.simplefilter("ignore")
+                for _ in range(done):  # the schedule's position: lr * factor(done)
+                    scheduler.step()
+            logger.info("resumed pretraining of %s at step %d", progress_dir, done)
+        started = time.perf_counter() - spent
+        model.train()
         for step, indices in enumerate(
             batch_indices(len(encoded), spec.batch_size, spec.steps, spec.seed), start=1
         ):
+            if step <= done:
+                continue
             batch = collate([encoded[i] for i in indices], int(tokenizer.pad_token_id))
             batch = {k: v.to(device) for k, v in batch.items()}
             loss = model(**batch).loss
@@ -271,6 +356,8 @@ def pretrain(
                 progress(step, losses[-1])
             if step % _PROGRESS_EVERY == 0:
                 _write_progress(progress_dir, spec, losses, time.perf_counter() - started)
+            if step % checkpoint_every == 0 and step < spec.steps:
+                checkpoint.save(model, optimizer, step, losses, tokens, time.perf_counter() - started)
     seconds = time.perf_counter() - started
     model.eval()
     eval_set = EvalSet(test_records, tokenizer, max_seq_len=spec.max_seq_len)
@@ -294,6 +381,7 @@ def pretrain(
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     plot_curve(report, out / CURVE_PLOT)
     (out / PROGRESS_FILE).unlink(missing_ok=True)
+    checkpoint.remove()
     logger.info(
         "pretrained %s (%d parameters) in %.0f s: loss %.3f, test EM %.3f",
         out,
