@@ -20,7 +20,7 @@ def test_regenerating_the_page_changes_nothing() -> None:
 
 def test_every_block_names_its_commit() -> None:
     text = regenerate((ROOT / DOC).read_text("utf-8"), ROOT)
-    blocks = text.count("<!-- generated: ")
+    blocks = text.splitlines().count("<!-- end generated -->")
     assert blocks >= 5
     assert text.count("(measured at commit ") == blocks
     assert "(measured at commit unknown)" not in text
