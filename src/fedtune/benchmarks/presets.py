@@ -236,7 +236,13 @@ _FEDBIOT_QUALITY: Final = QualitySpec(
     optimizer="sgd",
     lr=0.1,
     algorithm_params={
-        "fedbiot": {"pre_distill_steps": 500, "align_steps": 10, "eps": 1.0, "kl_lambda": 0.0, "adapter_size": 2},
+        "fedbiot": {
+            "pre_distill_steps": 500,
+            "align_steps": 10,
+            "eps": 1.0,
+            "kl_lambda": 0.0,
+            "adapter_size": 2,
+        },
         "fedot": {"pre_distill_steps": 500, "kl_lambda": 0.0},
         "offsite-tuning": {"pre_distill_steps": 500, "kl_lambda": 0.0},
     },
@@ -254,7 +260,9 @@ _FEDBIOT_ABLATION: Final = replace(
         "fedbiot@dropout=0.2@adapter_size=4@adapter_placement=edges",
         "fedot@dropout=0.2",
     ),
-    algorithm_params={k: v for k, v in _FEDBIOT_QUALITY.algorithm_params.items() if k != "offsite-tuning"},
+    algorithm_params={
+        k: v for k, v in _FEDBIOT_QUALITY.algorithm_params.items() if k != "offsite-tuning"
+    },
 )
 
 # Tuned FedIT baselines on the default suite and base (issue 16, item 3): each selected on
@@ -322,7 +330,11 @@ def smoke(preset: Preset) -> Preset:
     params = {
         algorithm: {
             **fields,
-            **{k: min(v, limit) for k, limit in _SMOKE_LIMITS.items() if (v := fields.get(k)) is not None},
+            **{
+                k: min(v, limit)
+                for k, limit in _SMOKE_LIMITS.items()
+                if (v := fields.get(k)) is not None
+            },
         }
         for algorithm, fields in quality.algorithm_params.items()
     }
