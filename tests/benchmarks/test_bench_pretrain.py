@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from fedtune.benchmarks.pretrain import REPORT_FILE, ModelShape, PretrainSpec, pretrain
+from fedtune.benchmarks.pretrain import (
+    REPORT_FILE,
+    ModelShape,
+    PretrainSpec,
+    cached_report,
+    corpus_digest,
+    pretrain,
+    spec_hash,
+)
 from fedtune.benchmarks.scoring import EvalSet, answer_correct, evaluate_model
 from fedtune.cli.main import main
 from fedtune.core.errors import ConfigError
@@ -39,6 +48,37 @@ def test_same_seed_same_weights_other_seed_other_weights(tmp_path: Path) -> None
     weights = {k: (tmp_path / k / "model.safetensors").read_bytes() for k in "abc"}
     assert weights["a"] == weights["b"]
     assert weights["a"] != weights["c"]
+
+
+def test_an_interrupted_pretraining_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    """Checkpoints every 2 steps; a run stopped after step 5 resumes from step 4 and ends
+    bit for bit where an uninterrupted run ends, with the whole loss curve and a plot."""
+    from fedtune.benchmarks.pretrain import CHECKPOINT_DIR, CURVE_PLOT, cached_report, corpus_digest
+    from fedtune.benchmarks.report import is_png
+
+    records = generate(4, seed=3)
+    spec = PretrainSpec(shape=TINY, steps=7, batch_size=4, warmup_steps=1)
+    whole = pretrain(spec, records, records[:5], tmp_path / "whole", checkpoint_every=2)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_5(step: int, loss: float) -> None:
+        if step == 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        pretrain(spec, records, records[:5], tmp_path / "cut", progress=stop_after_5, checkpoint_every=2)
+    state = json.loads((tmp_path / "cut" / CHECKPOINT_DIR / "state.json").read_text())
+    assert state["step"] == 4
+    resumed = pretrain(spec, records, records[:5], tmp_path / "cut", checkpoint_every=2)
+    assert (tmp_path / "cut" / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
+    assert resumed["loss_curve"] == whole["loss_curve"]
+    assert not (tmp_path / "cut" / CHECKPOINT_DIR).exists()
+    assert is_png(tmp_path / "cut" / CURVE_PLOT)
+    # The finished model is found by its spec hash; another spec is not.
+    assert cached_report(tmp_path / "cut", spec, corpus_digest(records)) is not None
+    assert cached_report(tmp_path / "cut", dataclasses.replace(spec, steps=8), corpus_digest(records)) is None
 
 
 def test_pretraining_learns_what_scoring_counts(tmp_path: Path) -> None:
@@ -76,20 +116,18 @@ def test_invalid_settings_are_config_errors(tmp_path: Path) -> None:
         pretrain(PretrainSpec(shape=TINY, tokenizer="bpe:99"), generate(2), generate(1), tmp_path)
 
 
-def test_a_model_is_pretrained_once_per_spec_and_records(tmp_path: Path) -> None:
+def test_the_spec_hash_names_the_tokenizer_and_keeps_earlier_hashes(tmp_path: Path) -> None:
     records = generate(4, seed=3)
     spec = PretrainSpec(shape=TINY, steps=2, batch_size=4, warmup_steps=1)
-    first = pretrain(spec, records, records[:5], tmp_path / "m")
-    weights = tmp_path / "m" / "model.safetensors"
-    written = weights.stat().st_mtime_ns
-    again = pretrain(spec, records, records[:5], tmp_path / "m")
-    assert (first["cached"], again["cached"]) == (False, True)
-    assert weights.stat().st_mtime_ns == written  # kept, not retrained
-    assert again["fingerprint"] == first["fingerprint"]
-    # Another spec, or other records, is another model.
-    other = pretrain(dataclasses.replace(spec, steps=3), records, records[:5], tmp_path / "m")
-    assert not other["cached"] and other["fingerprint"] != first["fingerprint"]
-    assert not pretrain(spec, records[1:], records[:5], tmp_path / "m")["cached"]
+    corpus = corpus_digest(records)
+    report = pretrain(spec, records, records[:5], tmp_path / "m")
+    assert cached_report(tmp_path / "m", spec, corpus) == report  # kept by `bench pretrain`
+    other = dataclasses.replace(spec, tokenizer="bytelevel-bpe:512")
+    assert cached_report(tmp_path / "m", other, corpus) is None  # another tokenizer, another model
+    # The builtin tokenizer hashes as before the field existed, so cached models stay valid.
+    described = {k: v for k, v in spec.to_json().items() if k != "tokenizer"}
+    earlier = hashlib.sha256(json.dumps({"spec": described, "corpus": corpus}, sort_keys=True).encode()).hexdigest()
+    assert spec_hash(spec, corpus) == earlier[:16]
 
 
 # tokenizer spec -> (family marker the tokens show, architecture)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 
 from fedtune.config import JobConfig, parse_job
@@ -83,10 +84,18 @@ def test_scaffold_keeps_client_control_variate_in_tenant_store(
     assert not any(k.startswith("control/") for k in update)
 
 
-def test_fedopt_server_sgd_equals_fedavg(make_job: Callable[..., JobConfig]) -> None:
-    fedavg = make_job()
+@pytest.mark.parametrize("weights", ["samples", "uniform"])
+def test_fedopt_server_sgd_equals_fedavg(make_job: Callable[..., JobConfig], weights: str) -> None:
+    """With the same client weights (FedOPT's default is uniform, FedAvg's samples)."""
+    fedavg = make_job(algorithm={"name": "fedavg", "aggregation_weights": weights})
     fedopt = make_job(
-        algorithm={"name": "fedopt", "server_optimizer": "sgd", "eta": 1.0, "beta1": 0.0}
+        algorithm={
+            "name": "fedopt",
+            "server_optimizer": "sgd",
+            "eta": 1.0,
+            "beta1": 0.0,
+            "aggregation_weights": weights,
+        }
     )
     run(fedavg)
     run(fedopt)

@@ -2,7 +2,8 @@
 
 Implements Algorithm 2 of the paper (FedAdagrad, FedYogi, FedAdam) and the server SGD with
 momentum it generalises (FedAvgM; FedAvg when ``eta = 1`` and ``beta1 = 0``). With
-``delta_t`` the sample-weighted mean of the client updates ``y_i - x_t``:
+``delta_t`` the mean of the client updates ``y_i - x_t`` (uniform in Algorithm 2; the
+algorithm's ``aggregation_weights`` picks the weights):
 
     m_t = beta1 * m_{t-1} + (1 - beta1) * delta_t
     adagrad: v_t = v_{t-1} + delta_t^2
@@ -12,8 +13,7 @@ momentum it generalises (FedAvgM; FedAvg when ``eta = 1`` and ``beta1 = 0``). Wi
     x_{t+1} = x_t + eta * m_t                               (sgd)
 
 As in the paper there is no bias correction. Known deviations in reference implementations
-that we do not repeat: squaring the momentum instead of ``delta`` in ``v``, unweighted means
-of the client updates, and Adam-style bias correction (with an off-by-one exponent).
+that we do not repeat: squaring the momentum instead of ``delta`` in ``v``, and Adam-style bias correction (with an off-by-one exponent).
 
 Initial state: ``m_{-1} = 0``. Algorithm 2 initialises ``v_{-1} >= tau^2`` (the condition its
 convergence analysis needs); :class:`ServerOptConfig` makes that value explicit as

@@ -93,6 +93,7 @@ def scaffold_server_update(
     dc_list: Sequence[TensorDict],
     n_total_clients: int,
     global_lr: float,
+    weights: Sequence[float] | None = None,
 ) -> tuple[TensorDict, TensorDict]:
     """Server step of SCAFFOLD (Algorithm 1, line 17), with the ``|S|/N`` factor.
 
@@ -103,6 +104,8 @@ def scaffold_server_update(
         dc_list: Their control-variate deltas ``c_i+ - c_i``, in the same order.
         n_total_clients: ``N``, every client of the federation, participating or not.
         global_lr: ``eta_g``; 1.0 makes the model update plain (unweighted) averaging.
+        weights: Client weights of the model mean (normalised here), e.g. sample counts;
+            None: uniform, as in the paper. The control variate's mean is always uniform.
 
     Returns:
         ``(x_new, c_new)`` in the dtypes of ``x`` and ``c``.
@@ -141,8 +144,17 @@ def scaffold_server_update(
     check_same_layout(
         [c, *dc_list], names=["c", *(f"dc_list[{i}]" for i in range(n_s))], check_dtype=False
     )
+    if weights is not None and (len(weights) != n_s or not all(w > 0 for w in weights)):
+        raise UpdateRejected(
+            f"got {n_s} client models but weights {list(weights)}",
+            fix="Pass one positive weight per client model.",
+        )
+    shares = [w / sum(weights) for w in weights] if weights is not None else [1.0 / n_s] * n_s
     mean_dy = {
-        k: sum((y[k].to(_F64) - x_t.to(_F64) for y in y_list), torch.zeros_like(x_t, dtype=_F64)) / n_s
+        k: sum(
+            (s * (y[k].to(_F64) - x_t.to(_F64)) for s, y in zip(shares, y_list, strict=True)),
+            torch.zeros_like(x_t, dtype=_F64),
+        )
         for k, x_t in x.items()
     }
     mean_dc = {

@@ -110,8 +110,8 @@ def check_update_norm(
     reference: Mapping[str, torch.Tensor],
     bound: float | None,
 ) -> float:
-    """The L2 norm of an update's change (its tensors minus the same-named ``reference``
-    tensors, the broadcast; tensors without one count whole); reject it above ``bound``.
+    """The L2 norm of an update's change (its tensors minus the same-named, same-shaped
+    ``reference`` tensors, the broadcast; other tensors count whole); reject it above ``bound``.
 
     Under secure aggregation the provider sees only the sum, so the tenant runs this check
     before masking and the provider runs it on the unmasked mean (a mean of updates within the
@@ -123,7 +123,9 @@ def check_update_norm(
     squares = 0.0
     for key, value in tensors.items():
         delta = value.to(torch.float64)
-        if key in reference:
+        # Same name, other shape: a different quantity (e.g. FedMKT's knowledge of another
+        # vocabulary), not a value this update changed.
+        if key in reference and reference[key].shape == value.shape:
             delta = delta - reference[key].to(torch.float64)
         squares += float(delta.pow(2).sum())
     norm = math.sqrt(squares)

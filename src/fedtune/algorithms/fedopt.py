@@ -1,12 +1,14 @@
 """FedOPT: a server optimizer applied to the mean client delta (FedAdagrad, FedAdam, FedYogi).
 
 Reddi et al. 2021, "Adaptive Federated Optimization", Algorithm 2:
-``Delta_t = sum_i (n_i/n) (y_i - x_t)``; ``m_t = b1 m_{t-1} + (1-b1) Delta_t``; then
+``Delta_t = 1/|S| sum_i (y_i - x_t)``; ``m_t = b1 m_{t-1} + (1-b1) Delta_t``; then
 Adagrad ``v_t = v_{t-1} + Delta_t^2``, Adam ``v_t = b2 v_{t-1} + (1-b2) Delta_t^2``, Yogi
 ``v_t = v_{t-1} - (1-b2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``; ``x_{t+1} = x_t + eta m_t /
-(sqrt(v_t) + tau)``. No bias correction (the paper has none), ``v_{-1} = tau^2``, deltas
-weighted by sample counts (OpenFedLLM's unweighted mean and squared momentum are not repeated).
-``server_optimizer: sgd`` gives ``x + eta m_t``: with eta=1, beta1=0 that is FedAvg (tested).
+(sqrt(v_t) + tau)``. No bias correction (the paper has none), ``v_{-1} = tau^2``. The mean of
+the deltas is uniform by default, as in Algorithm 2; ``aggregation_weights: samples`` weights
+it by sample counts as FedAvg does (OpenFedLLM's squared momentum is not repeated).
+``server_optimizer: sgd`` gives ``x + eta m_t``: with eta=1, beta1=0 that is FedAvg with the
+same weights (tested).
 """
 
 from __future__ import annotations

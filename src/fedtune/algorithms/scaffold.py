@@ -102,6 +102,7 @@ class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
             [updates[n].group("control_delta") for n in names],
             n_total_clients=int(ctx.num_tenants),
             global_lr=self.config.global_lr,
+            weights=self.client_weights(updates, names),
         )
         tensors = prefixed("adapter", x_new) | prefixed("control", c_new)
         return ServerState(tensors=tensors, meta={"round": round_index})

@@ -1,29 +1,37 @@
-"""The orderings the papers report, checked against a quality benchmark's table.
+"""The orderings the papers report, checked against a quality benchmark's runs.
 
 A claim says one method beats another (``>``) or is at least as good (``>=``, optionally
 within a ``margin``: "within a few points") on a final-round metric, exact match unless it
 names another; for a metric where lower is better (``leakage``, ``test_loss``) beating means
 a lower value. An ``equal`` claim says the two are the same method in effect. A claim is
-checked only when both methods ran. With several seeds the verdict uses the standard error
-of the difference of means (``se``):
+checked only when both methods ran.
 
-- ``reproduces``: the means differ in the claimed direction by more than 2 se (for ``>=``:
-  the better method's mean is not behind by more than the margin; for ``equal``: the means
-  differ by at most 2 se);
-- ``reversed``: the difference is more than 2 se the other way (for ``>=``: behind by more
-  than margin + 2 se; ``differs`` for ``equal``);
-- ``within noise``: neither; with one seed, ``single seed`` instead, since the noise cannot
-  be estimated.
+**The verdict rule** (the only one; :func:`verdict` applies it to every claim). Runs are
+paired by seed (:mod:`fedtune.benchmarks.paired`); ``[low, high]`` is the 95% t-interval of
+the mean paired *gain* of ``better`` over ``worse`` (``better - worse``, negated where lower
+is better), and ``m`` the claim's margin:
+
+- ``reproduces``: ``low > -m``: the whole interval says ``better`` is ahead (for ``>=``: not
+  behind by more than the margin). ``>`` and ``>=`` differ only at the boundary, which an
+  interval never decides, so both use this test;
+- ``reversed``: ``high < -m``: the whole interval says the opposite;
+- ``within noise``: the interval straddles ``-m``;
+- an ``equal`` claim (tolerance ``t`` = its margin, else 1e-9): ``reproduces`` when the whole
+  interval lies within ``[-t, t]``, ``differs`` (its "reversed") when the whole interval lies
+  outside it, else ``within noise``;
+- ``single seed``: fewer than two paired seeds, so no interval (an ``equal`` claim whose one
+  difference is within ``t`` still reproduces: it is exact, not statistical).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims"]
+from fedtune.benchmarks.paired import paired_difference
+
+__all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims", "final_values", "verdict"]
 
 _METRIC: Final = "em"
 #: Metrics where the better method has the lower value.
@@ -94,6 +102,29 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
     ),
     Claim("fedbiot", "offsite-tuning", "FedBiOT (Wu et al. 2024): beats Offsite-tuning"),
     Claim("fedbiot", "fedot", "FedBiOT (Wu et al. 2024): beats FedOT"),
+    # `--preset fedbiot`: each dropout rate, AdapFu (the row's EM) and AdapEmu.
+    *(
+        Claim(
+            f"fedbiot@dropout={dropout}",
+            f"{baseline}@dropout={dropout}",
+            f"FedBiOT (Wu et al. 2024): {output} beats {name} (dropout {dropout})",
+            metric=metric,
+        )
+        for dropout in ("0.2", "0.5")
+        for baseline, name in (("fedot", "FedOT"), ("offsite-tuning", "Offsite-tuning"))
+        for metric, output in (("em", "AdapFu"), ("adapemu/em", "AdapEmu"))
+    ),
+    # `--preset fedbiot-ablation`: what each part of FedBiOT contributes.
+    Claim(
+        "fedbiot@dropout=0.2",
+        "fedbiot@dropout=0.2@align_steps=0",
+        "FedBiOT (Wu et al. 2024), ablation: per-round emulator alignment helps",
+    ),
+    Claim(
+        "fedbiot@dropout=0.2@adapter_size=4",
+        "fedbiot@dropout=0.2@adapter_size=4@adapter_placement=edges",
+        "FedBiOT (Wu et al. 2024), Algorithm 2's choice: the adapter at the top beats first 2 + last 2",
+    ),
     Claim("fedpt", "fedavg-small", "FedPT (paper 002): beats federated tuning of the small model"),
     Claim("fedpt", "fedavg-pt", "FedPT (paper 002): distillation beats FedAvg+PT"),
     Claim("fedavg-pt", "fedavg-small", "FedPT (paper 002), Table 1: proxy-tuning beats the small model"),
@@ -134,39 +165,52 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
 )
 
 
-def _verdict(claim: Claim, gain: float, se: float, single_seed: bool) -> str:
-    """``gain``: how far ``better`` is ahead of ``worse`` in the claimed direction."""
+def verdict(claim: Claim, gain_low: float, gain_high: float, n: int) -> str:
+    """The verdict of ``claim`` given the interval of its gain (see the module docstring)."""
     if claim.equal:
-        return "reproduces" if abs(gain) <= max(2 * se, _EQUAL_TOLERANCE) else "differs"
-    if single_seed:
+        tolerance = claim.margin or _EQUAL_TOLERANCE
+        if -tolerance <= gain_low and gain_high <= tolerance:
+            return "reproduces"
+        if n < 2:
+            return "single seed"
+        return "differs" if gain_low > tolerance or gain_high < -tolerance else "within noise"
+    if n < 2:
         return "single seed"
-    ahead = gain + claim.margin
-    if ahead < -2 * se:
-        return "reversed"
-    if (not claim.strict and ahead >= 0) or gain > 2 * se:
+    if gain_low > -claim.margin:
         return "reproduces"
+    if gain_high < -claim.margin:
+        return "reversed"
     return "within noise"
 
 
+def final_values(runs: Sequence[Mapping[str, Any]], method: str, metric: str) -> dict[int | None, float]:
+    """``metric`` of ``method``'s final round, by seed (empty if it did not run or lacks it)."""
+    return {
+        run["seed"]: float(run["rounds"][-1][metric])
+        for run in runs
+        if run["method"] == method and metric in run["rounds"][-1]
+    }
+
+
 def evaluate_claims(
-    table: Sequence[Mapping[str, Any]], claims: Sequence[Claim] = PAPER_CLAIMS
+    runs: Sequence[Mapping[str, Any]], claims: Sequence[Claim] = PAPER_CLAIMS
 ) -> list[dict[str, Any]]:
-    """Check every claim whose two methods are rows of ``table`` (see :func:`summarize`)
-    with its metric. ``difference`` is better's mean minus worse's, in the metric's units."""
-    metrics = {row["method"]: row["metrics"] for row in table}
+    """Check every claim whose two methods are among ``runs`` (a quality benchmark's
+    ``runs``) with its metric. ``difference`` is better's minus worse's mean over the paired
+    seeds, in the metric's units, with its 95% interval ``low``..``high``."""
     out = []
     for claim in claims:
-        a = metrics.get(claim.better, {}).get(claim.metric)
-        b = metrics.get(claim.worse, {}).get(claim.metric)
-        if a is None or b is None:
+        paired = paired_difference(
+            final_values(runs, claim.better, claim.metric),
+            final_values(runs, claim.worse, claim.metric),
+        )
+        if paired is None:
             continue
-        diff = a["mean"] - b["mean"]
-        gain = -diff if claim.metric in LOWER_IS_BETTER else diff
-        se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
-        # A deterministic baseline (zero-shot) has one run; the other side's seeds still count.
-        single_seed = a["n"] < 2 and b["n"] < 2
+        lower = claim.metric in LOWER_IS_BETTER
+        gain_low, gain_high = (-paired.high, -paired.low) if lower else (paired.low, paired.high)
+        gain = -paired.mean if lower else paired.mean
         if claim.equal:
-            holds = abs(diff) <= _EQUAL_TOLERANCE
+            holds = abs(paired.mean) <= (claim.margin or _EQUAL_TOLERANCE)
         else:
             holds = gain + claim.margin > 0 if claim.strict else gain + claim.margin >= 0
         out.append(
@@ -176,10 +220,13 @@ def evaluate_claims(
                 "better": claim.better,
                 "worse": claim.worse,
                 "metric": claim.metric,
-                "difference": diff,
-                "se": se,
+                "difference": paired.mean,
+                "low": paired.low,
+                "high": paired.high,
+                "n": paired.n,
+                "seeds": list(paired.seeds),
                 "holds_in_means": holds,
-                "verdict": _verdict(claim, gain, se, single_seed),
+                "verdict": verdict(claim, gain_low, gain_high, paired.n),
             }
         )
     return out

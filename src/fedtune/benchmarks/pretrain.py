@@ -3,13 +3,12 @@ and more of its category mixture), so federated runs start from models that know
 
 The provider's "large" and "small" models (FedBiOT/Offsite-tuning compress the large one;
 FedPT and FedMKT pair it with the small one) share the shipped byte-level BPE tokenizer, so
-their vocabularies match. FedMKT's heterogeneous tenants' small models use other tokenizers
-(:mod:`fedtune.benchmarks.vocabularies`) and architectures. Training is plain full-parameter AdamW with linear warm-up and a
+their vocabularies match. Training is plain full-parameter AdamW with linear warm-up and a
 cosine decay, the loss on response tokens only (as in fine-tuning), with seeded weights and
 batch order: the same spec gives the same weights on the same machine and thread count.
-It trains on CUDA where a GPU is present, else on the CPU. A model is pretrained once: its
-report holds a fingerprint of the spec and the records, and a folder whose fingerprint
-matches is kept as it is (``cached`` in the returned report).
+FedMKT's heterogeneous tenants' small models use other tokenizers
+(:mod:`fedtune.benchmarks.vocabularies`) and architectures.
+It trains on CUDA where a GPU is present, else on the CPU.
 The result is a Hugging Face directory usable as ``model: {source: pretrained, uri: DIR}``,
 with ``fedtune_pretrain.json`` beside it saying how it was made and what it scores.
 """
@@ -21,6 +20,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,16 +33,96 @@ from fedtune.benchmarks.vocabularies import check_tokenizer_spec, pretrain_token
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import to_example
 from fedtune.data.tokenize import collate, encode_examples
-from fedtune.core.errors import ModelError
-from fedtune.models.loading import check_model_dir, save_pretrained_dir
+from fedtune.models.loading import save_pretrained_dir
 from fedtune.models.tiny import build_tiny_model
 from fedtune.training.local import batch_indices
 
-__all__ = ["REPORT_FILE", "ModelShape", "PretrainSpec", "cached_report", "fingerprint", "pretrain"]
+__all__ = [
+    "PROGRESS_FILE",
+    "REPORT_FILE",
+    "ModelShape",
+    "PretrainSpec",
+    "cached_report",
+    "corpus_digest",
+    "plot_curve",
+    "pretrain",
+    "spec_hash",
+]
 
 logger = logging.getLogger(__name__)
 
 REPORT_FILE: Final = "fedtune_pretrain.json"
+# Written beside the model while it trains (the curve so far), replaced by REPORT_FILE at the end.
+PROGRESS_FILE: Final = "fedtune_pretrain.progress.json"
+CURVE_PLOT: Final = "pretrain_curve.png"
+# How often (steps) the progress file is rewritten.
+_PROGRESS_EVERY: Final = 50
+CHECKPOINT_DIR: Final = "pretrain-checkpoint"
+
+
+class Checkpoint:
+    """A resumable pretraining state in one folder: ``state.safetensors`` (weights, AdamW
+    moments, torch's RNG state) and ``state.json`` (step, spec hash, losses so far). Only a
+    state of the same spec hash is resumed."""
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder = folder
+        self.key = key
+
+    def save(
+        self, model: Any, optimizer: torch.optim.Optimizer, step: int, losses: list[float], tokens: int, seconds: float
+    ) -> None:
+        from safetensors.torch import save_file
+
+        names = {id(p): n for n, p in model.named_parameters()}
+        tensors = {f"model/{n}": p.detach().cpu().contiguous() for n, p in model.named_parameters()}
+        steps = {}
+        for param, state in optimizer.state.items():
+            name = names[id(param)]
+            tensors[f"exp_avg/{name}"] = state["exp_avg"].cpu().contiguous()
+            tensors[f"exp_avg_sq/{name}"] = state["exp_avg_sq"].cpu().contiguous()
+            steps[name] = float(state["step"])
+        tensors["rng"] = torch.get_rng_state()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / "state.safetensors.tmp"
+        save_file(tensors, str(tmp))
+        meta = {"key": self.key, "step": step, "losses": losses, "tokens": tokens, "seconds": seconds, "adam_steps": steps}
+        (self.folder / "state.json.tmp").write_text(json.dumps(meta), "utf-8")
+        # The JSON names the step; it is replaced last, so a crash leaves the previous pair.
+        tmp.replace(self.folder / "state.safetensors")
+        (self.folder / "state.json.tmp").replace(self.folder / "state.json")
+
+    def load(
+        self, model: Any, optimizer: torch.optim.Optimizer
+    ) -> tuple[int, list[float], int, float] | None:
+        """Restore the saved state into ``model`` and ``optimizer``; None if there is none
+        for this spec (or it is incomplete)."""
+        from safetensors.torch import load_file
+
+        meta_path = self.folder / "state.json"
+        if not meta_path.is_file():
+            return None
+        meta = json.loads(meta_path.read_text("utf-8"))
+        if meta.get("key") != self.key:
+            return None
+        tensors = load_file(str(self.folder / "state.safetensors"))
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(tensors[f"model/{name}"])
+                optimizer.state[param] = {
+                    "step": torch.tensor(meta["adam_steps"][name]),
+                    "exp_avg": tensors[f"exp_avg/{name}"].to(param.device),
+                    "exp_avg_sq": tensors[f"exp_avg_sq/{name}"].to(param.device),
+                }
+        torch.set_rng_state(tensors["rng"])
+        return int(meta["step"]), list(meta["losses"]), int(meta["tokens"]), float(meta["seconds"])
+
+    def remove(self) -> None:
+        """Delete the checkpoint (after a finished run)."""
+        for name in ("state.safetensors", "state.json"):
+            (self.folder / name).unlink(missing_ok=True)
+        if self.folder.is_dir() and not any(self.folder.iterdir()):
+            self.folder.rmdir()
 # Loss points kept in the report (the curve is averaged into this many windows).
 _CURVE_POINTS: Final = 20
 
@@ -98,6 +178,76 @@ def _check(spec: PretrainSpec) -> None:
         )
 
 
+def corpus_digest(records: Sequence[Mapping[str, Any]]) -> str:
+    """sha256 of the training records (canonical JSON, in order)."""
+    digest = hashlib.sha256()
+    for record in records:
+        digest.update(json.dumps(record, sort_keys=True).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+def spec_hash(spec: PretrainSpec, corpus: str) -> str:
+    """What identifies a pretrained model: its spec and its corpus's digest (16 hex digits).
+    The same hash on the same machine, library versions and thread count gives the same
+    weights, so a model directory whose report carries it need not be trained again."""
+    described = spec.to_json()
+    if described["tokenizer"] == "builtin":  # as before the field existed: earlier hashes hold
+        del described["tokenizer"]
+    text = json.dumps({"spec": described, "corpus": corpus}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def cached_report(out_dir: str | Path, spec: PretrainSpec, corpus: str) -> dict[str, Any] | None:
+    """The report of the model in ``out_dir`` if it was pretrained with this spec and corpus
+    (same :func:`spec_hash`), else None."""
+    path = Path(out_dir) / REPORT_FILE
+    if not path.is_file():
+        return None
+    try:
+        report: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return None
+    return report if report.get("spec_hash") == spec_hash(spec, corpus) else None
+
+
+def plot_curve(report: Mapping[str, Any], path: str | Path) -> Path:
+    """The pretraining loss curve (window means) as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 3.6), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    curve = report["loss_curve"]
+    axes.plot([p["step"] for p in curve], [p["loss"] for p in curve], marker="o", markersize=3)
+    shape = report["spec"]["shape"]
+    axes.set_title(
+        f"pretraining: {shape['num_layers']} layers, hidden {shape['hidden_size']}, "
+        f"{report['spec']['steps']} steps"
+    )
+    axes.set_xlabel("step")
+    axes.set_ylabel("training loss (response tokens)")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    out = Path(path)
+    figure.savefig(out, format="png")
+    return out
+
+
+def _write_progress(out_dir: Path, spec: PretrainSpec, losses: Sequence[float], seconds: float) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = {
+        "spec": spec.to_json(),
+        "step": len(losses),
+        "steps": spec.steps,
+        "seconds": seconds,
+        "loss_curve": _curve(losses),
+    }
+    tmp = out_dir / (PROGRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / PROGRESS_FILE)
+
+
 def _schedule(spec: PretrainSpec) -> Callable[[int], float]:
     """Learning-rate multiplier per step: linear warm-up, then cosine to min_lr_ratio."""
 
@@ -120,30 +270,6 @@ def _curve(losses: Sequence[float]) -> list[dict[str, float]]:
     ]
 
 
-def fingerprint(
-    spec: PretrainSpec,
-    train_records: Sequence[Mapping[str, Any]],
-    test_records: Sequence[Mapping[str, Any]],
-) -> str:
-    """SHA-256 of the spec and the records: what decides the pretrained model and its report."""
-    data = json.dumps(
-        {"spec": spec.to_json(), "train": list(train_records), "test": list(test_records)},
-        sort_keys=True,
-    )
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()
-
-
-def cached_report(out_dir: str | Path, key: str) -> dict[str, Any] | None:
-    """The report of the model in ``out_dir`` if it was pretrained with fingerprint ``key``."""
-    report_file = Path(out_dir) / REPORT_FILE
-    try:
-        report: dict[str, Any] = json.loads(report_file.read_text(encoding="utf-8"))
-        check_model_dir(Path(out_dir))
-    except (OSError, ValueError, ModelError):
-        return None
-    return report if report.get("fingerprint") == key else None
-
-
 def pretrain(
     spec: PretrainSpec,
     train_records: Sequence[Mapping[str, Any]],
@@ -151,7 +277,7 @@ def pretrain(
     out_dir: str | Path,
     *,
     progress: Callable[[int, float], Any] | None = None,
-    reuse: bool = True,
+    checkpoint_every: int = 100,
 ) -> dict[str, Any]:
     """Train a tiny model from scratch and save it as a Hugging Face directory.
 
@@ -161,10 +287,15 @@ def pretrain(
         test_records: Held-out records; their exact match is recorded in the report.
         out_dir: Where the model directory goes (created; existing files are replaced).
         progress: Called with (step, loss) after every step.
-        reuse: Keep a model already in ``out_dir`` with the same fingerprint (no training).
+        checkpoint_every: Steps between resumable checkpoints (``pretrain-checkpoint/``:
+            weights, AdamW moments, RNG state, the curve so far; safetensors + JSON). An
+            interrupted run called again with the same spec and corpus resumes from the
+            last one and ends with the same weights as an uninterrupted run.
 
     Returns:
-        The report also written to ``out_dir/fedtune_pretrain.json`` (``cached``: reused).
+        The report also written to ``out_dir/fedtune_pretrain.json`` (with ``spec_hash``, see
+        :func:`cached_report`); the loss curve is also plotted to ``pretrain_curve.png``, and
+        while training, ``fedtune_pretrain.progress.json`` holds the curve so far.
 
     Raises:
         ConfigError: On invalid settings.
@@ -172,11 +303,6 @@ def pretrain(
         DataError: If no record fits ``max_seq_len``.
     """
     _check(spec)
-    key = fingerprint(spec, train_records, test_records)
-    found = cached_report(out_dir, key) if reuse else None
-    if found is not None:
-        logger.info("kept %s: pretrained before with the same spec and records", out_dir)
-        return found | {"cached": True}
     tokenizer = pretrain_tokenizer(spec.tokenizer, train_records)
     shape = spec.shape
     model = build_tiny_model(
@@ -195,20 +321,35 @@ def pretrain(
     # A GPU where one is present (bigger models); the weights are saved from the CPU.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)  # type: ignore[arg-type]  # transformers' stub of .to
+    corpus = corpus_digest(train_records)
+    progress_dir = Path(out_dir)
     encoded = encode_examples(
         [to_example(dict(r)) for r in train_records], tokenizer, spec.max_seq_len
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(spec))
+    checkpoint = Checkpoint(progress_dir / CHECKPOINT_DIR, spec_hash(spec, corpus))
     losses: list[float] = []
     tokens = 0
-    started = time.perf_counter()
-    model.train()
+    done = 0
+    spent = 0.0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
+        resumed = checkpoint.load(model, optimizer)
+        if resumed is not None:
+            done, losses, tokens, spent = resumed
+            with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
+                warnings.simplefilter("ignore")
+                for _ in range(done):  # the schedule's position: lr * factor(done)
+                    scheduler.step()
+            logger.info("resumed pretraining of %s at step %d", progress_dir, done)
+        started = time.perf_counter() - spent
+        model.train()
         for step, indices in enumerate(
             batch_indices(len(encoded), spec.batch_size, spec.steps, spec.seed), start=1
         ):
+            if step <= done:
+                continue
             batch = collate([encoded[i] for i in indices], int(tokenizer.pad_token_id))
             batch = {k: v.to(device) for k, v in batch.items()}
             loss = model(**batch).loss
@@ -222,6 +363,10 @@ def pretrain(
             tokens += int(batch["attention_mask"].sum())
             if progress is not None:
                 progress(step, losses[-1])
+            if step % _PROGRESS_EVERY == 0:
+                _write_progress(progress_dir, spec, losses, time.perf_counter() - started)
+            if step % checkpoint_every == 0 and step < spec.steps:
+                checkpoint.save(model, optimizer, step, losses, tokens, time.perf_counter() - started)
     seconds = time.perf_counter() - started
     model.eval()
     eval_set = EvalSet(test_records, tokenizer, max_seq_len=spec.max_seq_len)
@@ -229,7 +374,8 @@ def pretrain(
     out = save_pretrained_dir(model.to("cpu"), tokenizer, out_dir)  # type: ignore[arg-type]
     report = {
         "spec": spec.to_json(),
-        "fingerprint": key,
+        "spec_hash": spec_hash(spec, corpus),
+        "corpus_sha256": corpus,
         "vocab_size": len(tokenizer),
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_records": len(encoded),
@@ -243,7 +389,9 @@ def pretrain(
         "test": metrics,
     }
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    report["cached"] = False
+    plot_curve(report, out / CURVE_PLOT)
+    (out / PROGRESS_FILE).unlink(missing_ok=True)
+    checkpoint.remove()
     logger.info(
         "pretrained %s (%d parameters) in %.0f s: loss %.3f, test EM %.3f",
         out,

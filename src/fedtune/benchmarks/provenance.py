@@ -26,9 +26,10 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def source_commit() -> str | None:
-    """The commit of the checkout this package runs from (see :func:`git_commit`)."""
-    return git_commit(Path(__file__).resolve().parent)
+def source_commit() -> str:
+    """The commit of the checkout this package runs from (see :func:`git_commit`), or
+    ``unknown`` outside a git checkout."""
+    return git_commit(Path(__file__).resolve().parent) or "unknown"
 
 
 def provenance(command: str) -> dict[str, Any]:

@@ -66,6 +66,7 @@ from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
 from fedtune.benchmarks.leakage import LeakageAudit
 from fedtune.benchmarks.methods import Method, check_settings, parse_method
 from fedtune.benchmarks.provenance import source_commit
+from fedtune.benchmarks.selection import select_tuned
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
 from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
 from fedtune.benchmarks.workspace import Workspace
@@ -104,6 +105,9 @@ SMALL_MODEL: Final = "small"
 # Which exported model is scored when an algorithm exports several (FedBiOT's AdapFu is the
 # provider's full model with the tenants' adapter, the one the papers report).
 PRIMARY_ARTIFACTS: Final[tuple[str, ...]] = ("model", "adapfu")
+# Other exported models scored on the test set at the final round, as ``<name>/em`` and
+# ``<name>/test_loss`` (FedBiOT's AdapEmu: the tenants' emulator with their adapter).
+SECONDARY_ARTIFACTS: Final[tuple[str, ...]] = ("adapemu",)
 # Algorithms that are single-client by definition (Offsite-tuning: one data owner) run on the
 # pooled data with the federation's steps per round, like Centralized.
 POOLED_DATA: Final[frozenset[str]] = frozenset({"offsite-tuning"})
@@ -140,6 +144,11 @@ class QualitySpec:
     # Each tenant's own small model by workspace model name (FedMKT's heterogeneous
     # comparison); empty: every tenant the ``small`` model.
     tenant_models: Mapping[str, str] = field(default_factory=dict)
+    # Also score each run's final model on the suite's validation set (val/em, val/loss).
+    validation: bool = False
+    # Tuned methods: name -> the labels of its grid; the label whose mean final val/em over
+    # the seeds is highest (ties: lower val/loss) is reported under the name, on test.
+    select: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -147,6 +156,7 @@ class QualitySpec:
         data["algorithm_params"] = {k: dict(v) for k, v in self.algorithm_params.items()}
         data["privacy"] = dict(self.privacy)
         data["tenant_models"] = dict(self.tenant_models)
+        data["select"] = {k: list(v) for k, v in self.select.items()}
         return data
 
     def eval_rounds(self) -> list[int]:
@@ -233,6 +243,14 @@ def _check(spec: QualitySpec) -> None:
         problems.append(f"unknown split {spec.split!r}; known: {list(SPLITS)}")
     if spec.clients_per_round is not None and spec.clients_per_round < 1:
         problems.append(f"clients_per_round={spec.clients_per_round} must be >= 1")
+    for name, grid in spec.select.items():
+        stray_grid = [label for label in grid if label not in spec.algorithms]
+        if stray_grid or not grid:
+            problems.append(f"select {name!r}: grid labels {stray_grid or '(none)'} are not methods that run")
+        if name in spec.algorithms or name in spec.baselines:
+            problems.append(f"select {name!r}: the name of a tuned method must not be a method label")
+    if spec.select and not spec.validation:
+        problems.append("select needs validation: true (selection is on the validation split)")
     if spec.audit_records < 0:
         problems.append(f"audit_records={spec.audit_records} must be >= 0 (0: no audit)")
     averaged = _averaging_small(spec) if spec.tenant_models else []
@@ -283,6 +301,20 @@ class _Bench:
             max_seq_len=spec.max_seq_len,
             batch_size=spec.eval_batch_size,
         )
+        self.val_set = None
+        if spec.validation:
+            if "validation.jsonl" not in self.manifest["files"]:
+                raise ConfigError(
+                    f"the suite in {str(workspace.suite_dir)!r} has no validation split",
+                    fix=f"Rebuild it with `fedtune bench pretrain --out {workspace.root}` "
+                    "(the same --preset; pretrained models are kept).",
+                )
+            self.val_set = EvalSet(
+                read_set(workspace.suite_dir, "validation"),
+                tokenizer,
+                max_seq_len=spec.max_seq_len,
+                batch_size=spec.eval_batch_size,
+            )
         self.audit = (
             LeakageAudit(
                 read_set(self.data_dir, "central"), tokenizer, max_records=spec.audit_records
@@ -391,9 +423,14 @@ class _Bench:
         env = steps.ProviderEnv.create(job)
         store = env.store()
         rows = []
+        final = self.spec.eval_rounds()[-1]
         for round_index in self.spec.eval_rounds():
             state = ServerState.load(store, layout.state_key(round_index))
             metrics = self.score_state(env, state, job.workdir, round_index)
+            if round_index == final:
+                metrics.update(self.score_secondary(env, state, job.workdir, round_index))
+                if self.val_set is not None:
+                    metrics.update(self.score_validation(env, state, job.workdir, round_index))
             metrics["round"] = float(round_index)
             if train_loss.get(round_index) is not None:
                 metrics["train_loss"] = float(train_loss[round_index])
@@ -435,6 +472,27 @@ class _Bench:
             tokenizer = env.ctx.tokenizer()
             per_tenant[tenant] = evaluate_model(env.ctx.peft_model(adapter), self.eval_set_for(tokenizer), tokenizer)
         return _tenant_means(per_tenant, self.shares)
+
+    def score_secondary(
+        self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
+    ) -> Metrics:
+        """Scores of the exported models of :data:`SECONDARY_ARTIFACTS` (none for LoRA-family
+        and proxy-tuned algorithms, which export one model)."""
+        from fedtune.algorithms.fedavg import LoraFedAlgorithm
+        from fedtune.algorithms.fedpt import FedPT
+
+        if isinstance(env.algorithm, LoraFedAlgorithm | FedPT):
+            return {}
+        out = Path(workdir) / "bench-export" / f"secondary-{round_index}"
+        artifacts = env.algorithm.export(env.ctx, state, out)
+        metrics: Metrics = {}
+        for name in SECONDARY_ARTIFACTS:
+            if name in artifacts:
+                model, tokenizer = load_pretrained(str(artifacts[name].path))
+                scores = evaluate_model(model, self.eval_set, tokenizer)
+                metrics[f"{name}/em"] = scores["em"]
+                metrics[f"{name}/test_loss"] = scores["test_loss"]
+        return metrics
 
     def model_of(
         self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
@@ -481,6 +539,16 @@ class _Bench:
         metrics = evaluate_model(model, self.eval_set_for(tokenizer), tokenizer)
         metrics["local_em"] = self.local_em(metrics)
         return metrics
+
+    def score_validation(
+        self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
+    ) -> Metrics:
+        """``val/em`` and ``val/loss`` of the model a server state stands for, on the suite's
+        validation split (what tuned methods are selected on)."""
+        assert self.val_set is not None
+        model, tokenizer = self.model_of(env, state, workdir, round_index)
+        scores = evaluate_model(model, self.val_set, tokenizer)
+        return {"val/em": scores["em"], "val/loss": scores["test_loss"]}
 
     def score_proxy(
         self, env: steps.ProviderEnv, state: ServerState, workdir: str, round_index: int
@@ -699,6 +767,8 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
             record("fedavg-small", "baseline", seed, partial(bench.fedavg_small, seed))
         if "standalone-small" in spec.baselines:
             record("standalone-small", "baseline", seed, partial(bench.standalone_small, seed))
+    tuned, selection = select_tuned(runs, spec.select)
+    runs += tuned
     table = summarize(runs)
     return {
         "commit": source_commit(),
@@ -714,7 +784,8 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,
         "table": table,
-        "claims": evaluate_claims(table),
+        "claims": evaluate_claims(runs),
+        "selection": selection,
     }
 
 
@@ -758,7 +829,7 @@ def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
     merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
     merged["table"] = summarize(merged["runs"])
-    merged["claims"] = evaluate_claims(merged["table"])
+    merged["claims"] = evaluate_claims(merged["runs"])
     return merged
 
 

@@ -7,12 +7,12 @@ Figures are drawn on :class:`matplotlib.figure.Figure` with an Agg canvas rather
 from __future__ import annotations
 
 import json
-import re
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+from fedtune.benchmarks.claims import evaluate_claims
 
 __all__ = [
     "PLOT_METRICS",
@@ -20,8 +20,9 @@ __all__ = [
     "mined_markdown",
     "plot_rounds",
     "quality_markdown",
-    "regenerate_docs",
+    "record",
     "secagg_lines",
+    "secagg_markdown",
     "system_markdown",
 ]
 
@@ -35,6 +36,7 @@ _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _CANDIDATES: Final = "clients/fewfedpit/candidates"
 _KEPT: Final = "clients/fewfedpit/kept"
 _LEAKAGE: Final = ("leakage", "leakage/reproduced")
+_ADAPEMU: Final = "adapemu/em"
 _EPSILON: Final = "dp/epsilon"
 
 
@@ -54,6 +56,8 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # FewFedPIT's synthetic examples over a run: passed the filters / kept by IFS (what its
     # public parameters train on).
     synthetic = any(_CANDIDATES in row["metrics"] for row in results["table"])
+    # FedBiOT's second output: the emulator with the adapter (the row's EM is AdapFu).
+    adapemu = any(_ADAPEMU in row["metrics"] for row in results["table"])
     # Differential privacy: epsilon at the runs' delta after the last round.
     private = any(_EPSILON in row["metrics"] for row in results["table"])
     lines = [
@@ -71,10 +75,11 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         + (" small-model EM |" if small else "")
         + (" leakage | reproduced |" if leakage else "")
         + (" synthetic passed / kept |" if synthetic else "")
+        + (" AdapEmu EM |" if adapemu else "")
         + (" epsilon |" if private else "")
         + " s/run |",
         "|---|---:|---:|---:|---:|"
-        + "---:|" * (len(categories) + small + 2 * leakage + synthetic + private)
+        + "---:|" * (len(categories) + small + 2 * leakage + synthetic + adapemu + private)
         + "---:|---:|---:|",
     ]
     for row in results["table"]:
@@ -91,23 +96,54 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
             *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
             *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
             *([_synthetic(metrics)] if synthetic else []),
+            *([_pm(metrics[_ADAPEMU]) if _ADAPEMU in metrics else "-"] if adapemu else []),
             *([_epsilon(metrics)] if private else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _per_model_lines(results)
-    if results.get("claims"):
+    lines += _selection_lines(results)
+    claims = evaluate_claims(results["runs"])
+    if claims:
         lines += [
             "",
-            "| paper ordering | source | difference | 2 s.e. | verdict |",
-            "|---|---|---:|---:|---|",
+            "Paper orderings, paired by seed: difference = mean of (first - second) over the "
+            "seeds both ran (n), with its 95% t-interval; the verdict rule is "
+            "`fedtune.benchmarks.claims`'s.",
+            "",
+            "| paper ordering | source | n | difference | 95% interval | verdict |",
+            "|---|---|---:|---:|---|---|",
         ]
-        for claim in results["claims"]:
+        for claim in claims:
             lines.append(
-                f"| {claim['claim']} | {claim['source']} | {claim['difference']:+.3f} | "
-                f"{2 * claim['se']:.3f} | {claim['verdict']} |"
+                f"| {claim['claim']} | {claim['source']} | {claim['n']} | "
+                f"{claim['difference']:+.3f} | [{claim['low']:+.3f}, {claim['high']:+.3f}] | "
+                f"{claim['verdict']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _selection_lines(results: Mapping[str, Any]) -> list[str]:
+    """Each tuned method's grid: validation and test EM per point, the selected one marked."""
+    selection = results.get("selection") or {}
+    if not selection:
+        return []
+    lines = [
+        "",
+        "Tuned methods: each grid point's mean final EM over the seeds on the validation split "
+        "(what selects) and on the test split (what the tuned row reports).",
+        "",
+        "| tuned method | grid point | n | validation EM | validation loss | test EM | |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, tuned in selection.items():
+        for point in tuned["grid"]:
+            mark = "**selected**" if point["label"] == tuned["selected"] else ""
+            lines.append(
+                f"| {name} | {point['label']} | {point['n']} | {point['val_em']:.3f} | "
+                f"{point['val_loss']:.3f} | {point['test_em']:.3f} | {mark} |"
+            )
+    return lines
 
 
 def _per_model_lines(results: Mapping[str, Any]) -> list[str]:
@@ -403,31 +439,6 @@ def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-#: Tables generated into docs/benchmarks.md: section name -> (results file, lines from it).
-GENERATED: Final[dict[str, tuple[str, Any]]] = {
-    "secagg": ("secagg-system.json", lambda results: secagg_lines(results["secagg"])),
-}
-
-
-def regenerate(markdown: str, results_dir: str | Path) -> str:
-    """``markdown`` with every generated section rebuilt from its results file.
-
-    A section sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``.
-    """
-    for name, (file_name, build) in GENERATED.items():
-        begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
-        if begin not in markdown:
-            continue
-        import json
-
-        results = json.loads((Path(results_dir) / file_name).read_text(encoding="utf-8"))
-        head, rest = markdown.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        body = "\n".join(build(results)).rstrip("\n")
-        markdown = f"{head}{begin}\n{body}\n{end}{tail}"
-    return markdown
-
-
 def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
     """One table per peer job: fedtune's runs against the bare sequential loop, with aims."""
     lines: list[str] = []
@@ -461,54 +472,28 @@ def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-# A generated block in the docs: the renderer's name and the results file (relative to the
-# docs folder's parent, i.e. the repository root), then the text, then the end marker.
-_GENERATED = re.compile(
-    r"(<!-- generated by fedtune\.benchmarks\.report\.(\w+) from (\S+\.json); do not edit -->\n)"
-    r".*?(<!-- end of generated text -->)",
-    re.S,
-)
-
-
-def regenerate_docs(markdown: str, root: Path) -> str:
-    """``markdown`` with every generated block rewritten from its results file under ``root``.
-
-    Blocks look like ``<!-- generated by fedtune.benchmarks.report.system_markdown from
-    docs/results/peer-system.json; do not edit -->`` ... ``<!-- end of generated text -->``.
-    """
-    renderers = {"system_markdown": system_markdown, "quality_markdown": quality_markdown}
-
-    def block(match: re.Match[str]) -> str:
-        results = json.loads((root / match.group(3)).read_text(encoding="utf-8"))
-        text = renderers[match.group(2)](results).rstrip("\n")
-        return f"{match.group(1)}{text}\n{match.group(4)}"
-
-    return _GENERATED.sub(block, markdown)
+def secagg_markdown(results: Mapping[str, Any]) -> str:
+    """The secure-aggregation table of ``fedtune bench system --parts secagg`` results."""
+    return "\n".join(secagg_lines(results["secagg"]))
 
 
 def record(results: Mapping[str, Any], path: Path) -> list[Path]:
     """Write ``results`` to ``path`` (a ``docs/results/*.json``) and regenerate the blocks of
-    the docs folder's Markdown files generated from it; return the files rewritten."""
+    the docs folder's Markdown files generated from it (:mod:`fedtune.benchmarks.docs`);
+    return the files rewritten."""
+    from fedtune.benchmarks.docs import regenerate
+
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     docs = path.resolve().parents[1]
-    root = docs.parent
     changed = []
     for page in sorted(docs.glob("*.md")):
         text = page.read_text(encoding="utf-8")
-        new = regenerate_docs(text, root)
+        new = regenerate(text, docs.parent)
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
     return changed
-
-
-if __name__ == "__main__":
-    # python -m fedtune.benchmarks.report docs/benchmarks.md: rewrite its generated blocks.
-    for name in sys.argv[1:]:
-        page = Path(name)
-        page.write_text(regenerate_docs(page.read_text(encoding="utf-8"), page.resolve().parents[1]),
-                        encoding="utf-8")
 
 
 def mined_markdown(results: Mapping[str, Any]) -> str:

@@ -12,7 +12,9 @@ Built from :mod:`fedtune.data.synthetic`, so every answer is exactly checkable:
   ``pretrain_records`` more records of the public mixture, so that tiny models learn the
   tasks instead of memorising a few hundred records;
 - ``test.jsonl``: ``test_per_category`` records per category that repeat no training,
-  public or pretraining record. A tenant's *local* score weighs the per-category scores by the tenant's own
+  public or pretraining record;
+- ``validation.jsonl``: ``validation_per_category`` more such records, repeating no other
+  set: tuned baselines select their setting on it and report on the test set. A tenant's *local* score weighs the per-category scores by the tenant's own
   category shares, so no second test set is needed.
 
 Every set comes from its own seed derived from ``SuiteSpec.seed``; the same spec always
@@ -94,6 +96,9 @@ class SuiteSpec:
     public_records: int = 600
     pretrain_records: int = 6000  # beyond the public set
     test_per_category: int = 30
+    # Model selection (tuned baselines' grids) scores on this, never on test. Ten per
+    # category: the classify category has 10 distinct records left after the default sets.
+    validation_per_category: int = 10
     tenant_mixture: Mapping[str, float] = field(default_factory=lambda: dict(TENANT_MIXTURE))
     public_mixture: Mapping[str, float] = field(default_factory=lambda: dict(PUBLIC_MIXTURE))
 
@@ -120,6 +125,7 @@ class Suite:
     public: list[Record]
     test: list[Record]
     pretrain: list[Record]
+    validation: list[Record] = field(default_factory=list)
 
     def files(self) -> dict[str, bytes]:
         """File name -> JSON Lines content."""
@@ -128,6 +134,8 @@ class Suite:
         files["public.jsonl"] = write_jsonl(self.public)
         files["test.jsonl"] = write_jsonl(self.test)
         files["pretrain.jsonl"] = write_jsonl(self.pretrain)
+        if self.validation:
+            files["validation.jsonl"] = write_jsonl(self.validation)
         return files
 
     def manifest(self) -> dict[str, Any]:
@@ -141,6 +149,7 @@ class Suite:
             "public": describe_set(self.public),
             "test": describe_set(self.test),
             "pretrain": describe_set(self.pretrain),
+            "validation": describe_set(self.validation),
             "files": digests(self.files()),
         }
 
@@ -169,6 +178,8 @@ def _check_spec(spec: SuiteSpec) -> None:
             f"public_records={spec.public_records} and test_per_category="
             f"{spec.test_per_category} must be >= 1"
         )
+    if spec.validation_per_category < 0:
+        problems.append(f"validation_per_category={spec.validation_per_category} must be >= 0")
     if spec.partition not in ("dirichlet", "pathological"):
         problems.append(f"partition={spec.partition!r} is not 'dirichlet' or 'pathological'")
     if problems:
@@ -216,6 +227,16 @@ def build_suite(spec: SuiteSpec) -> Suite:
         if spec.pretrain_records and extra_mixture
         else []
     )
+    # Drawn last, so adding it left every other set (and the pretrained models) unchanged.
+    validation = (
+        generate(
+            spec.validation_per_category,
+            seed=spec.seed + 4,
+            exclude=pool + public + test + extra,
+        )
+        if spec.validation_per_category
+        else []
+    )
     # A pathological split may leave records out; the Centralized set is what tenants hold.
     central = [r for name in names for r in parts[name]]
     logger.info(
@@ -233,6 +254,7 @@ def build_suite(spec: SuiteSpec) -> Suite:
         public=public,
         test=test,
         pretrain=public + extra,
+        validation=validation,
     )
 
 

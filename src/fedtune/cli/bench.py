@@ -119,8 +119,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset",
         default="default",
-        help="settings preset: default (documented), deep (6-layer large model for the "
-        "FedBiOT family) or ci (seconds)",
+        help="settings preset: default (documented), deep (6-layer large model), ci "
+        "(seconds), or one per table: fedbiot, fedbiot-ablation (8-layer base), fedopt-tuned, "
+        "fedprox-mu, scaffold-sgd",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the preset at the CI sizes (tiny suite and models, 2 seeds, 1 round): checks a "
+        "table end to end in minutes; use its own --out, never for documented numbers",
     )
     parser.add_argument(
         "--threads",
@@ -156,10 +163,10 @@ def _write_json(path: Path, data: Any) -> None:
 # -- pretrain -----------------------------------------------------------------------------------
 def _bench_pretrain(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
-    from fedtune.benchmarks.pretrain import pretrain
+    from fedtune.benchmarks.pretrain import cached_report, corpus_digest, pretrain
     from fedtune.benchmarks.suite import build_suite, write_suite
 
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset, smoke_test=args.smoke)
     workspace = _workspace(args)
     suite_spec = (
         preset.suite if args.seed is None else dataclasses.replace(preset.suite, seed=args.seed)
@@ -186,10 +193,12 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
         if args.seed is not None:
             changes["seed"] = args.seed
         spec = dataclasses.replace(spec, **changes)
-        out.print(f"pretraining {name}: {spec.steps} steps ({spec.tokenizer} tokenizer) ...")
-        report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
-        if report["cached"]:
-            out.print(f"{name}: kept (pretrained before with the same spec and suite)")
+        report = cached_report(workspace.model_dir(name), spec, corpus_digest(suite.pretrain))
+        if report is not None and not args.force:
+            out.print(f"{name}: already pretrained with this spec ({report['spec_hash']}), kept")
+        else:
+            out.print(f"pretraining {name}: {spec.steps} steps ({spec.tokenizer} tokenizer) ...")
+            report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
         test = report["test"]
         per_category = ", ".join(
             f"{c} {test[f'em/{c}']:.2f}" for c in suite.spec.tenant_mixture if f"em/{c}" in test
@@ -220,6 +229,12 @@ def _add_pretrain(kinds: Any) -> None:
     p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
     p.add_argument("--steps", type=int, help="override the pretraining steps of every model")
     p.add_argument("--seed", type=int, help="seed of the suite and the models (default 0)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="pretrain again even where the workspace holds a model of the same spec and "
+        "corpus (by default such a model is kept: pretraining is deterministic)",
+    )
     p.set_defaults(handler=_bench_pretrain)
 
 
@@ -227,11 +242,12 @@ def _add_pretrain(kinds: Any) -> None:
 def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
     from fedtune.benchmarks.provenance import provenance
+    from fedtune.benchmarks.provenance import source_commit
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
     from fedtune.core.errors import ConfigError
 
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset, smoke_test=args.smoke)
     if args.comparison != "fedit" and args.split == "fewshot":
         raise ConfigError(
             f"--comparison {args.comparison} runs on the suite's tenants, not --split fewshot",
@@ -264,6 +280,12 @@ def _bench_quality(args: argparse.Namespace) -> int:
     if args.lora_targets is not None:
         changes["lora_targets"] = None if args.lora_targets == ("default",) else args.lora_targets
     spec = dataclasses.replace(spec, **changes)
+    if args.algorithms is not None:
+        # Only the preset's tuned methods whose whole grid still runs.
+        running = set(spec.algorithms)
+        spec = dataclasses.replace(
+            spec, select={k: v for k, v in spec.select.items() if set(v) <= running}
+        )
     spec = dataclasses.replace(spec, algorithm_params=_quality_params(spec, _params(args.param)))
     workspace = _workspace(args)
     # Taken before the run: the code that runs is the code checked out now.
@@ -275,6 +297,8 @@ def _bench_quality(args: argparse.Namespace) -> int:
     )
     results = run_quality(workspace, spec, log=out.print)
     results["provenance"] = measured
+    results["preset"] = args.preset + (" --smoke" if args.smoke else "")
+    results["commit"] = source_commit()
     out_dir = workspace.quality_dir
     _write_json(out_dir / "results.json", results)
     markdown = quality_markdown(results)
@@ -379,7 +403,7 @@ def _bench_system(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.report import system_markdown
     from fedtune.benchmarks.system import run_system
 
-    spec = get_preset(args.preset).system
+    spec = get_preset(args.preset, smoke_test=args.smoke).system
     changes: dict[str, Any] = {}
     for option in ("algorithms", "reps", "steps", "model", "batch_size"):
         value = getattr(args, option)

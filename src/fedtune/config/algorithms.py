@@ -14,17 +14,39 @@ from fedtune.config.base import StrictModel
 from fedtune.config.models import TinyModelConfig
 
 
+_WEIGHTS_HELP = (
+    "How client updates are weighted in the server's mean: by their num_samples (capped by "
+    "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
+    "dominate by its claimed sample count). "
+)
+
+
 class WeightedMeanConfig(StrictModel):
-    """Algorithms whose aggregation is a weighted mean of client updates."""
+    """Algorithms whose aggregation is a weighted mean of client updates.
+
+    Each algorithm's default follows its paper: FedAvg and FedProx weight by samples
+    (McMahan et al. 2017, Algorithm 1: ``w <- sum_k n_k/n w_k``; Li et al. 2020 keep it);
+    FedOPT and SCAFFOLD average uniformly (Reddi et al. 2021, Algorithm 2:
+    ``Delta_t = 1/|S| sum_i Delta_i``; Karimireddy et al. 2020, Algorithm 1 line 16).
+    """
 
     #: Aggregation needs only the weighted sum of the updates: secure aggregation can run it.
     summed_update: ClassVar[bool] = True
 
     aggregation_weights: Literal["samples", "uniform"] = Field(
         "samples",
-        description="How client updates are weighted: by their num_samples (FedAvg, capped by "
-        "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
-        "dominate by its claimed sample count).",
+        description=_WEIGHTS_HELP + "Default samples (McMahan et al. 2017, Algorithm 1).",
+    )
+
+
+class UniformMeanConfig(WeightedMeanConfig):
+    """A weighted-mean algorithm whose paper averages client updates uniformly."""
+
+    aggregation_weights: Literal["samples", "uniform"] = Field(
+        "uniform",
+        description=_WEIGHTS_HELP
+        + "Default uniform (Reddi et al. 2021, Algorithm 2; Karimireddy et al. 2020, "
+        "Algorithm 1 line 16).",
     )
 
 
@@ -49,11 +71,13 @@ class FedProxConfig(WeightedMeanConfig):
     )
 
 
-class ScaffoldConfig(StrictModel):
+class ScaffoldConfig(UniformMeanConfig):
     """SCAFFOLD option II (Karimireddy et al. 2020) with client control variates.
 
     Its server update averages client models and control deltas uniformly (Algorithm 1,
-    lines 16-17), so it has no ``aggregation_weights``. Its control variate assumes plain SGD
+    lines 16-17), the default; ``aggregation_weights: samples`` weights the model mean by
+    samples, while the control variate stays the uniform mean (``c`` must remain the mean
+    of every client's ``c_i``, Algorithm 1 line 17). Its control variate assumes plain SGD
     local steps: a job with another client optimizer is refused unless
     ``allow_non_sgd_optimizer`` is set.
     """
@@ -75,8 +99,9 @@ class ScaffoldConfig(StrictModel):
     )
 
 
-class FedOptConfig(WeightedMeanConfig):
-    """FedOPT (Reddi et al. 2021, Algorithm 2): a server optimizer on the mean client delta.
+class FedOptConfig(UniformMeanConfig):
+    """FedOPT (Reddi et al. 2021, Algorithm 2): a server optimizer on the mean client delta,
+    uniform by default as in Algorithm 2 (``aggregation_weights: samples`` for FedAvg's).
 
     No bias correction, as in the paper. ``eta``/``tau`` defaults follow the paper's LoRA-scale
     sweeps rather than Flower's (eta=0.1, tau=1e-3 makes first steps several times the delta).
@@ -256,6 +281,22 @@ class FedBiOTConfig(OffsiteFamilyConfig):
         le=100_000,
         description="Emulator alignment steps per round, after aggregation (paper 10).",
     )
+    adapter_placement: Literal["top", "edges"] = Field(
+        "top",
+        description="Where the adapter's adapter_size layers sit: the last ones (paper, "
+        "Algorithm 2) or half first, half last (FedOT's placement; an ablation, not in the "
+        "paper; adapter_size must be even).",
+    )
+
+    @model_validator(mode="after")
+    def _edges_split_evenly(self) -> FedBiOTConfig:
+        if self.adapter_placement == "edges" and self.adapter_size % 2:
+            raise ValueError(
+                f"adapter_placement='edges' splits adapter_size={self.adapter_size} layers "
+                "evenly between the first and last layers; use an even adapter_size (e.g. 4 "
+                "for first 2 + last 2)"
+            )
+        return self
 
 
 class FedOTConfig(OffsiteFamilyConfig):

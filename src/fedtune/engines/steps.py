@@ -334,7 +334,8 @@ def collect_updates(
         try:
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
-            check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
+            if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass
+                check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))

@@ -162,3 +162,22 @@ def test_mixed_layer_types_cannot_be_layer_dropped() -> None:
         composite_config(config, 1)
     config.layer_types = ["full_attention", "full_attention"]
     assert composite_config(config, 3).layer_types == ["full_attention"] * 3
+
+
+def test_fedbiot_edges_placement_is_fedots_split_with_fedbiots_schedule() -> None:
+    """The ablation's adapter_placement: edges: adapter_size/2 first + last layers."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from fedtune.algorithms.fedbiot.algorithm import FedBiOT
+    from fedtune.config.algorithms import AlgorithmConfig
+    from fedtune.models.layers import layer_extract, offsite_split
+
+    adapter = TypeAdapter(AlgorithmConfig)
+    edges = FedBiOT(adapter.validate_python({"name": "fedbiot", "adapter_size": 4, "adapter_placement": "edges"}))
+    top = FedBiOT(adapter.validate_python({"name": "fedbiot", "adapter_size": 4}))
+    assert edges.split(8) == offsite_split(8, 0.2, 2)
+    assert edges.split(8).adapter == (0, 1, 6, 7)
+    assert top.split(8) == layer_extract(8, 4, 0.2) and top.split(8).adapter == (4, 5, 6, 7)
+    assert edges.adapter_size_tag() == "first2+last2" and edges.align_steps == 10
+    with pytest.raises(ValidationError, match="even adapter_size"):
+        adapter.validate_python({"name": "fedbiot", "adapter_size": 3, "adapter_placement": "edges"})

@@ -163,6 +163,8 @@ class FedBiOT(OffsiteFamily[FedBiOTConfig]):
     """Last-layers adapter, proximal client term, per-round emulator alignment."""
 
     def split(self, num_layers: int) -> LayerSplit:
+        if self.config.adapter_placement == "edges":
+            return offsite_split(num_layers, self.config.dropout, self.config.adapter_size // 2)
         return layer_extract(num_layers, self.config.adapter_size, self.config.dropout)
 
     @property
@@ -174,6 +176,9 @@ class FedBiOT(OffsiteFamily[FedBiOTConfig]):
         return self.config.align_steps
 
     def adapter_size_tag(self) -> str:
+        if self.config.adapter_placement == "edges":
+            half = self.config.adapter_size // 2
+            return f"first{half}+last{half}"
         return str(self.config.adapter_size)
 
 

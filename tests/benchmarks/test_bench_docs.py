@@ -1,0 +1,56 @@
+"""docs/benchmarks.md's result tables are generated from the committed results JSONs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fedtune.benchmarks.docs import DOC, main, regenerate
+from fedtune.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_regenerating_the_page_changes_nothing() -> None:
+    text = (ROOT / DOC).read_text("utf-8")
+    assert "<!-- generated: quality docs/results/" in text
+    assert regenerate(text, ROOT) == text, "run python -m fedtune.benchmarks.docs --write"
+
+
+def test_every_block_names_its_commit() -> None:
+    text = regenerate((ROOT / DOC).read_text("utf-8"), ROOT)
+    blocks = text.splitlines().count("<!-- end generated -->")
+    assert blocks >= 5
+    assert text.count("(measured at commit ") == blocks
+    assert "(measured at commit unknown)" not in text
+
+
+def test_every_results_file_is_shown_by_a_generated_block() -> None:
+    # A results JSON no table is generated from is a number nobody can see or check.
+    text = (ROOT / DOC).read_text("utf-8")
+    shown = set(re.findall(r"<!-- generated: \w+ docs/results/(\S+\.json)(?: commit=\w+)? -->", text))
+    committed = {path.name for path in (ROOT / "docs" / "results").glob("*.json")}
+    assert committed - shown == set(), f"results with no generated block in {DOC}"
+
+
+def test_a_stale_page_is_reported_and_rewritten(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    source = ROOT / "docs" / "results" / "fedpt-alpha.json"
+    (tmp_path / "docs" / "results" / "a.json").write_text(source.read_text("utf-8"), "utf-8")
+    page = tmp_path / DOC
+    page.write_text("intro\n<!-- generated: quality docs/results/a.json commit=abc1234 -->\nold numbers\n<!-- end generated -->\nafter\n", "utf-8")
+    assert main(["--root", str(tmp_path)]) == 1
+    assert main(["--root", str(tmp_path), "--write"]) == 0
+    text = page.read_text("utf-8")
+    assert "old numbers" not in text and "fedavg-pt@alpha=2" in text
+    assert "(measured at commit abc1234)" in text and text.endswith("after\n")
+    assert main(["--root", str(tmp_path)]) == 0
+
+
+def test_a_block_naming_a_missing_json_is_an_error(tmp_path: Path) -> None:
+    text = "<!-- generated: quality docs/results/nope.json -->\n<!-- end generated -->\n"
+    with pytest.raises(ConfigError, match="nope.json") as info:
+        regenerate(text, tmp_path)
+    assert "Commit the results JSON" in info.value.fix
