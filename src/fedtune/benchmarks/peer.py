@@ -4,7 +4,8 @@ Both sides do the same federated work on the suite: ``rounds`` x ``tenants`` x `
 LoRA training (FedAvg, batch ``batch_size``, ``max_seq_len`` tokens), measured as whole-process
 wall time (imports, data, model, training, aggregation; fedtune also stores every message and
 exports the final model). fedtune's rows also give the peak resident memory of the engine
-process and of each worker (from the run summary; the largest over the repetitions). The bare loop runs the tenants one after another on one thread;
+process and of each worker (from the run summary; the largest over the repetitions). The bare
+loop runs the tenants one after another on one thread;
 fedtune runs with 1 worker (in-process) and with N worker processes. Runs alternate so that a
 busy machine slows both sides alike. Two jobs by default (:data:`~fedtune.benchmarks.system.
 SMALL_PEER`, where fixed costs dominate, and :data:`~fedtune.benchmarks.system.LARGE_PEER`). ``python -m fedtune.benchmarks.peer JOB.json`` is the bare

@@ -470,7 +470,8 @@ def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
         # Results recorded before fedtune reported memory have no peak column.
         memory = any("engine_peak_rss_mib" in r for r in entry["rows"])
         lines += [
-            "| run | seconds | / bare | aim |" + (" peak RSS MiB (engine; workers) |" if memory else ""),
+            "| run | seconds | / bare | aim |"
+            + (" peak RSS MiB (engine; workers) |" if memory else ""),
             "|---|---:|---:|---|" + ("---|" if memory else ""),
             *[
                 f"| {r['run']} | {r['seconds']:.1f} | {r['ratio']:.3f} | "
