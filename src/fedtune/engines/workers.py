@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from fedtune.config.job import JobConfig
@@ -101,6 +102,11 @@ def resolve_workers(requested: int | str) -> int:
 
 def cuda_device_count() -> int:
     """The CUDA devices this process sees (0 without CUDA)."""
+    nodes = (next(Path("/dev").glob(pattern), None) for pattern in ("nvidia[0-9]*", "kfd"))
+    if sys.platform == "linux" and not any(nodes):
+        # No NVIDIA or ROCm device node: no GPU, and no need to import torch, which would
+        # delay the workers that the CLI starts before its own imports (see prestart).
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
