@@ -86,9 +86,32 @@ def test_peer_bench_times_fedtune_with_workers_against_the_bare_loop(ci_workspac
     assert job["rows"][0]["ratio"] == 1.0
     one = job["rows"][1]
     assert one["aim"] == 1.15 and one["met"] == (one["ratio"] <= 1.15)
+    # Peak resident memory of the engine process, and of each worker for the N-worker run.
+    bare, one, two = job["rows"]
+    assert "engine_peak_rss_mib" not in bare
+    assert one["engine_peak_rss_mib"] > 100 and "workers_peak_rss_mib" not in one
+    assert two["engine_peak_rss_mib"] > 100
+    assert len(two["workers_peak_rss_mib"]) == 2 and min(two["workers_peak_rss_mib"]) > 100
     markdown = (ci_workspace / "system" / "results.md").read_text()
     assert "Peer job 'tiny' vs a bare sequential PyTorch + PEFT loop" in markdown
     assert "<= 1.15 (m" in markdown
+    assert "peak RSS MiB (engine; workers) |" in markdown
+    peaks = ", ".join(f"{w:,.0f}" for w in two["workers_peak_rss_mib"])
+    assert f"{two['engine_peak_rss_mib']:,.0f}; {peaks} |" in markdown
+
+
+def test_peer_memory_is_a_column_only_where_it_was_recorded() -> None:
+    from fedtune.benchmarks.report import system_markdown
+
+    recorded = json.loads(Path("docs/results/peer-system.json").read_text())
+    before = system_markdown(recorded)
+    assert "peak RSS" not in before  # recorded without memory: the table as it was
+    rows = recorded["peer"]["jobs"][1]["rows"]  # the larger job: bare, 1 and 2 workers
+    rows[1]["engine_peak_rss_mib"] = 812.4
+    rows[2] |= {"engine_peak_rss_mib": 640.0, "workers_peak_rss_mib": [1210.6, 1190.2]}
+    after = system_markdown(recorded)
+    assert "| run | seconds | / bare | aim | peak RSS MiB (engine; workers) |" in after
+    assert "| - |" in after and "| 812 |" in after and "| 640; 1,211, 1,190 |" in after
 
 
 def test_an_unknown_part_is_refused(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,13 @@ from fedtune.core.errors import ConfigError
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
-from fedtune.engines.workers import FAULT_ENV, resolve_workers, threads_per_worker
+from fedtune.engines.workers import (
+    FAULT_ENV,
+    device_plan,
+    resolve_workers,
+    threads_per_worker,
+    visible_devices,
+)
 from fedtune.tracking.base import NullTracker
 from tests.integration.conftest import DATA
 from tests.integration.test_boundary import CLIENT_CASES
@@ -48,6 +54,12 @@ def test_fedavg_with_workers_equals_the_sequential_run_bitwise(
     _assert_bitwise(sequential, parallel)
     assert summary["final_eval"] == expected["final_eval"]
     assert [r["accepted"] for r in summary["rounds"]] == [r["accepted"] for r in expected["rounds"]]
+    # Each worker reports the device it was given (CPU here) and its peak resident memory.
+    assert [w["worker"] for w in summary["workers"]] == list(range(workers))
+    devices = "cuda" if torch.cuda.is_available() else "cpu"
+    assert all(w["device"].startswith(devices) for w in summary["workers"])
+    assert all(w["peak_rss_mib"] > 100 for w in summary["workers"])  # torch alone is more
+    assert "workers" not in expected  # one worker runs in this process
 
 
 @pytest.mark.slow
@@ -195,3 +207,78 @@ def test_the_cli_starts_its_workers_before_the_engine_and_stays_bitwise_equal(
         finals.append(ServerState.load(layout.JobStores(job).provider(), layout.state_key(1)).tensors)
     _assert_bitwise(*finals)
     assert not workers._prestarted  # the pool started early was the one the run used
+
+
+def test_workers_are_pinned_one_per_device_or_several_sharing_one() -> None:
+    assert device_plan("auto", 3, 1, 0) == ["cpu"] * 3  # no GPU: nothing changes
+    assert device_plan("cpu", 2, 1, 4) == ["cpu", "cpu"]
+    assert device_plan("auto", 2, 1, 2) == ["cuda:0", "cuda:1"]
+    assert device_plan([1, 3], 4, 2, 4) == ["cuda:1", "cuda:1", "cuda:3", "cuda:3"]
+    assert device_plan([2], 1, 3, 4) == ["cuda:2"]
+
+
+def test_a_worker_sees_only_its_device_counted_as_the_engine_counted_it() -> None:
+    assert visible_devices("cuda:1", None) == "1"
+    assert visible_devices("cuda:1", "4,6") == "6"  # the engine saw physical 4 and 6 as 0 and 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "workers", "per_device", "count", "message"),
+    [
+        ([0, 2], 2, 1, 2, r"names CUDA device\(s\) \[2\], but CUDA reports 2 device"),
+        ([0], 1, 1, 0, r"but CUDA reports 0 device"),
+        ("auto", 3, 1, 2, r"3 workers do not fit on CUDA device\(s\) \[0, 1\]"),
+        ([0], 3, 2, 1, r"workers_per_device=2 \(2 slot"),
+    ],
+)
+def test_devices_that_do_not_exist_or_do_not_fit_are_config_errors(
+    setting: Any, workers: int, per_device: int, count: int, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        device_plan(setting, workers, per_device, count)
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        ({"worker_devices": []}, "non-empty list"),
+        ({"worker_devices": [0, 0]}, "distinct"),
+        ({"worker_devices": [-1]}, "CUDA device indices"),
+        ({"worker_devices": "gpu"}, "worker_devices"),
+        ({"workers_per_device": 0}, "workers_per_device"),
+    ],
+)
+def test_bad_worker_devices_in_the_job_file_are_config_errors(
+    engine: dict[str, Any], message: str
+) -> None:
+    base = {
+        "name": "w",
+        "model": {"source": "tiny"},
+        "algorithm": {"name": "fedavg"},
+        "tenants": [{"name": "a", "data_uri": "a.jsonl"}],
+    }
+    with pytest.raises(ConfigError, match=message):
+        parse_job({**base, "engine": engine})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_a_run_on_devices_cuda_does_not_see_fails_before_storing_anything(
+    make_job: Callable[..., JobConfig]
+) -> None:
+    job = make_job(engine={"name": "local", "worker_devices": [0]})
+    with pytest.raises(ConfigError, match="CUDA reports 0 device"):
+        run_job(job, NullTracker(), RunOptions(progress=False, workers=2))
+    assert not layout.JobStores(job).provider().exists(layout.RUN_KEY)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_workers_sharing_a_gpu_report_it_and_stay_bitwise_equal(
+    make_job: Callable[..., JobConfig]
+) -> None:
+    engine = {"name": "local", "step_threads": 1, "worker_devices": [0], "workers_per_device": 2}
+    sequential, _ = _final(make_job(rounds=1, engine=engine), 1)
+    parallel, summary = _final(make_job(rounds=1, engine=engine), 2)
+    _assert_bitwise(sequential, parallel)
+    assert [w["device"] for w in summary["workers"]] == ["cuda:0", "cuda:0"]
+    assert all("peak_cuda_mib" in w for w in summary["workers"])

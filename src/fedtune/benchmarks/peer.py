@@ -3,7 +3,9 @@
 Both sides do the same federated work on the suite: ``rounds`` x ``tenants`` x ``steps`` of
 LoRA training (FedAvg, batch ``batch_size``, ``max_seq_len`` tokens), measured as whole-process
 wall time (imports, data, model, training, aggregation; fedtune also stores every message and
-exports the final model). The bare loop runs the tenants one after another on one thread;
+exports the final model). fedtune's rows also give the peak resident memory of the engine
+process and of each worker (from the run summary; the largest over the repetitions). The bare
+loop runs the tenants one after another on one thread;
 fedtune runs with 1 worker (in-process) and with N worker processes. Runs alternate so that a
 busy machine slows both sides alike. Two jobs by default (:data:`~fedtune.benchmarks.system.
 SMALL_PEER`, where fixed costs dominate, and :data:`~fedtune.benchmarks.system.LARGE_PEER`). ``python -m fedtune.benchmarks.peer JOB.json`` is the bare
@@ -66,6 +68,7 @@ def _peer_job(workspace: Workspace, spec: SystemSpec, peer: PeerJob, log: Log) -
     tenants = sorted(manifest["tenants"], key=lambda t: -manifest["tenants"][t]["records"])
     tenants = sorted(tenants[: peer.tenants])
     times: dict[str, list[float]] = {}
+    memory: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="fedtune-peer-") as tmp:
         job = bench_job(
             settings,
@@ -84,24 +87,29 @@ def _peer_job(workspace: Workspace, spec: SystemSpec, peer: PeerJob, log: Log) -
         runs: list[tuple[str, list[str], int]] = [
             ("bare", [sys.executable, "-m", "fedtune.benchmarks.peer", str(job_file)], 1)
         ]
+        summary_file = Path(tmp) / "summary.json"
         for workers in peer.workers:
             argv = [sys.executable, "-m", "fedtune.cli.main", "run", str(job_file), "--fresh",
-                    "--no-progress", "--workers", str(workers)]
+                    "--no-progress", "--workers", str(workers), "--summary-json", str(summary_file)]
             runs.append((run_name(workers), argv, 1))
         for rep in range(spec.peer.reps):
             for name, argv, threads in runs:
                 # Every fedtune run starts as a first run: the last one's stores are removed
                 # here, untimed, rather than by `--fresh` inside the timed process.
                 shutil.rmtree(job.workdir, ignore_errors=True)
+                summary_file.unlink(missing_ok=True)
                 seconds = _timed(argv, threads)
                 times.setdefault(name, []).append(seconds)
+                if summary_file.exists():
+                    _keep_peaks(memory.setdefault(name, {}), json.loads(summary_file.read_text()))
                 log(f"peer {peer.name} rep {rep + 1}: {name} {seconds:.1f} s")
     best = {name: min(values) for name, values in times.items()}
     aims = {run_name(w): aim for w, aim in peer.aims.items()}
     rows = []
     for name in times:
         ratio = best[name] / best["bare"]
-        row = {"run": name, "seconds": best[name], "ratio": ratio, "all": times[name]}
+        row = {"run": name, "seconds": best[name], "ratio": ratio, "all": times[name],
+               **memory.get(name, {})}
         if name in aims:
             row |= {"aim": aims[name], "met": ratio <= aims[name]}
         rows.append(row)
@@ -111,6 +119,17 @@ def _peer_job(workspace: Workspace, spec: SystemSpec, peer: PeerJob, log: Log) -
                 "batch_size": peer.batch_size, "max_seq_len": peer.max_seq_len, "model": spec.model},
         "rows": rows,
     }
+
+
+def _keep_peaks(peaks: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Fold one run's peak memory (MiB) into ``peaks``: the engine's, and each worker's."""
+    engine = summary.get("engine_peak_rss_mib")
+    if engine is not None:
+        peaks["engine_peak_rss_mib"] = max(engine, peaks.get("engine_peak_rss_mib", 0.0))
+    workers = [w.get("peak_rss_mib", 0.0) for w in summary.get("workers", [])]
+    if workers:
+        before = peaks.get("workers_peak_rss_mib", [0.0] * len(workers))
+        peaks["workers_peak_rss_mib"] = [max(a, b) for a, b in zip(before, workers, strict=True)]
 
 
 def _commit() -> str | None:

@@ -439,6 +439,15 @@ def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _peaks(row: Mapping[str, Any]) -> str:
+    """A peer row's peak resident memory: the engine process's; each worker's."""
+    if "engine_peak_rss_mib" not in row:
+        return "-"  # the bare loop
+    text = f"{row['engine_peak_rss_mib']:,.0f}"
+    workers = row.get("workers_peak_rss_mib")
+    return text + (f"; {', '.join(f'{w:,.0f}' for w in workers)}" if workers else "")
+
+
 def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
     """One table per peer job: fedtune's runs against the bare sequential loop, with aims."""
     lines: list[str] = []
@@ -457,12 +466,18 @@ def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
                 "thread per process):"
             ),
             "",
-            "| run | seconds | / bare | aim |",
-            "|---|---:|---:|---|",
+        ]
+        # Results recorded before fedtune reported memory have no peak column.
+        memory = any("engine_peak_rss_mib" in r for r in entry["rows"])
+        lines += [
+            "| run | seconds | / bare | aim |"
+            + (" peak RSS MiB (engine; workers) |" if memory else ""),
+            "|---|---:|---:|---|" + ("---|" if memory else ""),
             *[
                 f"| {r['run']} | {r['seconds']:.1f} | {r['ratio']:.3f} | "
                 + (f"<= {r['aim']} ({'met' if r['met'] else 'missed'})" if "aim" in r else "")
                 + " |"
+                + (f" {_peaks(r)} |" if memory else "")
                 for r in entry["rows"]
             ],
             "",

@@ -229,6 +229,21 @@ class EngineConfig(StrictModel):
         "choice in this process, cores / workers in a worker.",
     )
 
+    worker_devices: Literal["auto", "cpu"] | list[int] = Field(
+        "auto",
+        description="Local engine: where workers run: auto = every visible GPU, one worker "
+        "per device in turn (CPU where there is none), cpu, or a list of CUDA device indices. "
+        "A worker pins its device before any CUDA work (CUDA_VISIBLE_DEVICES).",
+    )
+    workers_per_device: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Local engine: workers sharing one GPU; each may use 1 / this of its "
+        "memory (torch.cuda.set_per_process_memory_fraction). Workers beyond devices x this "
+        "are an error.",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, value: object) -> object:
@@ -238,6 +253,13 @@ class EngineConfig(StrictModel):
     def _workers_positive(self) -> EngineConfig:
         if isinstance(self.workers, int) and not 1 <= self.workers <= 256:
             raise ValueError(f"workers={self.workers} must be between 1 and 256, or auto")
+        if isinstance(self.worker_devices, list):
+            devices = self.worker_devices
+            if not devices or any(d < 0 for d in devices) or len(set(devices)) != len(devices):
+                raise ValueError(
+                    f"worker_devices={devices} must be a non-empty list of distinct CUDA device "
+                    "indices (0, 1, ...), or auto, or cpu"
+                )
         return self
 
 

@@ -24,7 +24,15 @@ from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
 from fedtune.engines.summary import RoundRecord, build_summary
 from fedtune.engines.tenant_tasks import TenantKind
-from fedtune.engines.workers import InProcessRunner, Outcome, Task, WorkerPool, tenant_runner
+from fedtune.engines.workers import (
+    InProcessRunner,
+    Outcome,
+    Task,
+    WorkerPool,
+    peak_memory,
+    pool_plan,
+    tenant_runner,
+)
 from fedtune.tracking.base import Tracker
 from fedtune.training.progress import rich_progress
 
@@ -136,12 +144,16 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         return dict(env.store().get_json(finished_key))
     tenants = steps.TenantEnvs(job)
     warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
+    pool_plan(job, options.workers)  # as are the workers and their devices
     if discard:
         discard_stored_run(env)
     env.store().put_json(layout.RUN_KEY, info)
     # Workers start now, so their imports and warm-up overlap the provider's initialisation.
     with tenant_runner(job, tenants, options.workers) as runner:
         summary = _run_rounds(env, runner, tracker, options, info)
+    if isinstance(runner, WorkerPool):
+        summary["workers"] = runner.report()  # device and peak memory of each worker
+    summary["engine_peak_rss_mib"] = peak_memory("cpu")["peak_rss_mib"]  # this process's
     summary["warnings"] = warnings
     if job.differential_privacy is not None:
         summary["privacy"] = privacy_steps.summary(job, env.store(), privacy_note)

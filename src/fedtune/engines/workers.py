@@ -14,6 +14,11 @@ shared evenly over the workers (:func:`share_steps`): a tenant's local training 
 parts on two workers, one after the other, which changes where its steps run but not what
 they compute.
 
+With GPUs, worker ``i`` is pinned to the device :func:`device_plan` gives it (one per device,
+or ``workers_per_device`` sharing one, each with that fraction of its memory); it pins it
+before any CUDA work, which the fork server never does. Each reply carries the worker's peak
+memory, which the run summary lists per worker.
+
 A worker that dies (killed, out of memory) costs only the update of the tenant it was running,
 which is rejected with the reason; a fresh worker takes its place. Messages between the engine
 and its workers are JSON, like everything else that crosses a process boundary in fedtune.
@@ -25,12 +30,15 @@ import json
 import logging
 import multiprocessing
 import os
+import resource
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from fedtune.config.job import JobConfig
@@ -92,6 +100,94 @@ def resolve_workers(requested: int | str) -> int:
     )
 
 
+def cuda_device_count() -> int:
+    """The CUDA devices this process sees (0 without CUDA)."""
+    nodes = (next(Path("/dev").glob(pattern), None) for pattern in ("nvidia[0-9]*", "kfd"))
+    if sys.platform == "linux" and not any(nodes):
+        # No NVIDIA or ROCm device node: no GPU, and no need to import torch, which would
+        # delay the workers that the CLI starts before its own imports (see prestart).
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_plan(
+    setting: str | Sequence[int], workers: int, per_device: int, device_count: int
+) -> list[str]:
+    """Worker ``i``'s device (``cpu`` or ``cuda:K``), for ``engine.worker_devices`` =
+    ``setting`` when CUDA reports ``device_count`` devices: the listed devices (auto: all)
+    in turn, ``per_device`` workers on each. ``auto`` without a GPU, and ``cpu``, mean CPU.
+
+    Raises:
+        ConfigError: a listed device does not exist, or more workers than device slots.
+    """
+    if setting == "cpu" or (setting == "auto" and device_count == 0):
+        return ["cpu"] * workers
+    devices = list(range(device_count)) if setting == "auto" else list(setting)
+    missing = [d for d in devices if d >= device_count]
+    if missing:
+        raise ConfigError(
+            f"engine.worker_devices={devices} names CUDA device(s) {missing}, but CUDA "
+            f"reports {device_count} device(s) here",
+            fix=f"List device indices below {device_count}, or set worker_devices to auto or cpu.",
+        )
+    slots = len(devices) * per_device
+    if workers > slots:
+        raise ConfigError(
+            f"{workers} workers do not fit on CUDA device(s) {devices} with "
+            f"workers_per_device={per_device} ({slots} slot(s))",
+            fix="Use fewer workers, raise engine.workers_per_device, or list more devices.",
+        )
+    return [f"cuda:{devices[i // per_device]}" for i in range(workers)]
+
+
+def pool_plan(job: JobConfig, requested: int | str) -> list[str]:
+    """The device of every worker for ``requested`` workers (its length is the pool size):
+    ``auto`` workers on GPUs are capped at the device slots."""
+    size = resolve_workers(requested)
+    engine = job.engine
+    count = 0 if engine.worker_devices == "cpu" else cuda_device_count()
+    if requested == "auto" and engine.worker_devices != "cpu" and count:
+        devices = engine.worker_devices
+        size = min(size, (count if devices == "auto" else len(devices)) * engine.workers_per_device)
+    return device_plan(engine.worker_devices, size, engine.workers_per_device, count)
+
+
+def visible_devices(device: str, inherited: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES that shows a worker only ``device`` (``cuda:K``, K counted among
+    the ``inherited`` visible devices, as the engine counted them)."""
+    index = int(device.split(":", 1)[1])
+    if inherited:
+        return inherited.split(",")[index].strip()
+    return str(index)
+
+
+def _pin_device(device: str, per_device: int) -> None:
+    """Pin this worker to ``device`` before any CUDA work (the fork server did none)."""
+    if device == "cpu":
+        return
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(
+        device, os.environ.get("CUDA_VISIBLE_DEVICES")
+    )
+    import torch
+
+    torch.cuda.set_device(0)
+    if per_device > 1:
+        torch.cuda.set_per_process_memory_fraction(1 / per_device, 0)
+
+
+def peak_memory(device: str) -> dict[str, float]:
+    """This process's peak resident memory (and peak CUDA allocation on a GPU), in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    out = {"peak_rss_mib": peak / (2**20 if sys.platform == "darwin" else 2**10)}
+    if device != "cpu":
+        import torch
+
+        out["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
 def threads_per_worker(workers: int) -> int:
     """Cores / workers (at least one), so workers do not oversubscribe the CPU."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -111,9 +207,17 @@ def _start_context() -> Any:
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
 
-def _worker_main(conn: Connection, job_json: str, threads: int, fault: str | None) -> None:
+def _worker_main(
+    conn: Connection,
+    job_json: str,
+    threads: int,
+    fault: str | None,
+    device: str = "cpu",
+    per_device: int = 1,
+) -> None:
     """A worker's loop: build the tenants' envs once, then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine handles Ctrl-C and stops us
+    _pin_device(device, per_device)
     from fedtune.core.library_logs import quiet_libraries
 
     quiet_libraries()
@@ -139,7 +243,8 @@ def _worker_main(conn: Connection, job_json: str, threads: int, fault: str | Non
         if fault == f"{task.kind}:{task.round_index}:{task.tenant}":
             os.kill(os.getpid(), signal.SIGKILL)
         outcome = run_task(tenants, task)
-        reply = {"result": outcome.result, "failure": outcome.failure}
+        reply = {"result": outcome.result, "failure": outcome.failure,
+                 "memory": {"device": device, **peak_memory(device)}}
         conn.send_bytes(json.dumps(reply, default=str).encode("utf-8"))
 
 
@@ -199,11 +304,12 @@ def prestart(job: JobConfig, workers: int | str) -> None:
     process's own (the CLI calls this before it imports the engine); :func:`tenant_runner`
     then hands it out. Does nothing for one worker or a bad count (the run reports that)."""
     try:
-        size = resolve_workers(workers)
+        devices = pool_plan(job, workers)
     except ConfigError:
         return
+    size = len(devices)
     if size > 1:
-        pool = WorkerPool(job, size)
+        pool = WorkerPool(job, size, devices)
         # In a thread: starting waits until the fork server has imported the libraries.
         starting = threading.Thread(target=pool.start, name="fedtune-worker-start", daemon=True)
         starting.start()
@@ -212,11 +318,13 @@ def prestart(job: JobConfig, workers: int | str) -> None:
 
 def tenant_runner(job: JobConfig, tenants: Any, workers: int | str) -> InProcessRunner | WorkerPool:
     """In this process for one worker, else a pool of ``workers`` spawned processes (the
-    one :func:`prestart` started for this job, if any)."""
-    size = resolve_workers(workers)
+    one :func:`prestart` started for this job, if any). Checks ``engine.worker_devices``
+    even for one worker, though that one runs in this process, unpinned."""
+    devices = pool_plan(job, workers)
+    size = len(devices)
     if size == 1:
         return InProcessRunner(tenants, job.engine.step_threads)
-    pool = WorkerPool(job, size)
+    pool = WorkerPool(job, size, devices)
     prestarted = _prestarted.pop((pool.job_json, size), None)
     if prestarted is None:
         return pool
@@ -241,13 +349,17 @@ def step_threads(threads: int | None) -> Iterator[None]:
 
 
 class _Worker:
-    def __init__(self, context: Any, job_json: str, threads: int) -> None:
+    def __init__(
+        self, context: Any, job_json: str, threads: int, device: str, per_device: int
+    ) -> None:
         self.conn, child = context.Pipe()
         # The fault spec travels as an argument: a forked worker has the fork server's
         # environment, not this process's.
         fault = os.environ.get(FAULT_ENV)
         self.process = context.Process(
-            target=_worker_main, args=(child, job_json, threads, fault), daemon=True
+            target=_worker_main,
+            args=(child, job_json, threads, fault, device, per_device),
+            daemon=True,
         )
         self.process.start()
         child.close()
@@ -301,9 +413,11 @@ def _split_steps(job: JobConfig) -> int | None:
 class WorkerPool:
     """``size`` worker processes for one job; use as a context manager."""
 
-    def __init__(self, job: JobConfig, size: int) -> None:
+    def __init__(self, job: JobConfig, size: int, devices: Sequence[str] | None = None) -> None:
         self.job = job
         self.size = size
+        self.devices = list(devices or ["cpu"] * size)  # worker i's device (device_plan)
+        self.peaks: dict[int, dict[str, float]] = {}  # worker i's peak memory so far
         self.threads = job.engine.step_threads or threads_per_worker(size)
         self._context = _start_context()
         self.job_json = json.dumps(job.model_dump(mode="json"))
@@ -312,7 +426,7 @@ class WorkerPool:
     def start(self) -> None:
         """Spawn the workers (once; entering the pool starts it if this was not called)."""
         if not self._workers:
-            self._workers = [self._spawn() for _ in range(self.size)]
+            self._workers = [self._spawn(i) for i in range(self.size)]
             log.info("started %d worker(s), %d torch thread(s) each", self.size, self.threads)
 
     def __enter__(self) -> WorkerPool:
@@ -322,8 +436,25 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close(terminate=exc[0] is not None)
 
-    def _spawn(self) -> _Worker:
-        return _Worker(self._context, self.job_json, self.threads)
+    def _spawn(self, index: int) -> _Worker:
+        return _Worker(self._context, self.job_json, self.threads, self.devices[index],
+                       self.job.engine.workers_per_device)
+
+    def _note_memory(self, index: int, memory: dict[str, Any] | None) -> None:
+        """Keep worker ``index``'s peak memory (a replaced worker's peak stays if larger)."""
+        if not memory:
+            return
+        peak = self.peaks.setdefault(index, {})
+        for key, value in memory.items():
+            if key.startswith("peak_"):
+                peak[key] = max(float(value), peak.get(key, 0.0))
+
+    def report(self) -> list[dict[str, Any]]:
+        """Every worker's device and peak memory (MiB) over the run, for the run summary."""
+        return [
+            {"worker": i, "device": device, **self.peaks.get(i, {})}
+            for i, device in enumerate(self.devices)
+        ]
 
     def run(
         self, tasks: Sequence[Task], on_done: Callable[[Outcome], None] | None = None
@@ -368,6 +499,7 @@ class WorkerPool:
                         reply = None
                     if reply is not None:
                         worker.task = None
+                        self._note_memory(self._workers.index(worker), reply.get("memory"))
                         result = reply.get("result")
                         if task.part and result is not None and "suspended" in result:
                             suspended.add(task.tenant)
@@ -381,7 +513,8 @@ class WorkerPool:
                         f"{worker.process.exitcode}) while running it; a new worker took its place"
                     )
                     log.error("tenant %s: %s", task.tenant, reason)
-                    self._workers[self._workers.index(worker)] = self._spawn()
+                    index = self._workers.index(worker)
+                    self._workers[index] = self._spawn(index)
                     finish(Outcome(task, None, reason))
         return outcomes
 
