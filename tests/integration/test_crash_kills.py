@@ -27,6 +27,14 @@ def mlflow_job(tmp_path: Path, **overrides: Any) -> Path:
     return path
 
 
+def _size(path: Path) -> int:
+    """Bytes of ``path``, 0 once gone (SQLite's journal comes and goes between list and stat)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _db_files(workdir: Path) -> list[Path]:
     try:
         return [p for p in workdir.iterdir() if "mlflow.db" in p.name]
@@ -48,7 +56,7 @@ def test_kill_while_mlflow_creates_its_database_resumes(tmp_path: Path) -> None:
     proc = start(["run", str(job), "--no-progress"])
     # A database file that has grown past 100 KB is half-way through MLflow's migrations
     # (a complete one is about 950 KB).
-    kill_when(proc, lambda: any(p.stat().st_size > 100_000 for p in _db_files(workdir)))
+    kill_when(proc, lambda: any(_size(p) > 100_000 for p in _db_files(workdir)))
     proc.wait()
     assert not (workdir / "mlflow.db").exists()  # only a temporary file was half-made
     resumed = run(["run", str(job), "--no-progress", "--resume"])
