@@ -137,7 +137,7 @@ def run_job(
     ]
     run_id = store.get_json(layout.RUN_KEY).get("run_id")
     completed = last == job.rounds
-    return build_summary(
+    summary = build_summary(
         job,
         records,
         run_id=run_id,
@@ -147,3 +147,8 @@ def run_job(
         run_info=initial_run_info(store),
         audit=store.get_json(layout.AUDIT_KEY) if completed and job.audited_tenants else None,
     )
+    from fedtune.engines.workers import peak_memory
+
+    # As the local engine's summary: this (orchestrating) process's peak; tasks run apart.
+    summary["engine_peak_rss_mib"] = peak_memory("cpu")["peak_rss_mib"]
+    return summary
