@@ -196,7 +196,7 @@ def test_tenant_tolerations_are_checked_the_same_way() -> None:
 def test_a_tenant_job_that_requests_gpus_runs_the_gpu_image() -> None:
     from fedtune.engines.launcher_manifest import TenantDeployment, build_job_manifest
 
-    raw = cluster_job_dict()
+    raw = cluster_job_dict(provider=GPU_PROVIDER)
     raw["tenants"][0]["resources"] = {"gpu": 2, "tolerations": [TOLERATION]}
     job = parse_job(raw)
     urls: dict[str, dict[str, str]] = {"get": {}, "put": {}}
@@ -214,6 +214,11 @@ def test_a_tenant_job_that_requests_gpus_runs_the_gpu_image() -> None:
     pinned = f"ghcr.io/fedtune/fedtune-gpu@sha256:{'b' * 64}"
     chart = container(TenantDeployment("fedtune-tenant-a", "s", image=pinned, tolerations=[TOLERATION]))
     assert chart["image"] == pinned
+    # The pod's copy of the job keeps the tenant's resources but not the provider's.
+    seen = json.loads(next(e["value"] for e in chart["env"] if e["name"] == "FEDTUNE_JOB_JSON"))
+    assert seen["tenants"][0]["resources"]["gpu"] == 2
+    assert parse_job(seen).provider == parse_job(cluster_job_dict()).provider
+    assert "h100" not in json.dumps(seen)
 
 
 # -- kfp.local: the marker travels with the compiled pipeline -------------------------------------
@@ -238,3 +243,14 @@ def test_kfp_local_runs_a_job_with_a_provider_section_and_refuses_a_foreign_pipe
     fresh = two_tenant_job(tmp_path / "fresh", provider=GPU_PROVIDER, training={"local_steps": 1})
     summary = kfp_local.run_job(fresh, RunOptions(progress=False))
     assert summary["completed"]
+
+
+def test_provider_resources_may_change_when_a_run_resumes() -> None:
+    from fedtune.engines.fingerprint import check_resumable, config_fingerprint, run_record
+
+    plain = parse_job(cluster_job_dict())
+    bigger = parse_job(cluster_job_dict(provider=GPU_PROVIDER))
+    # Runs stored before the section existed keep their fingerprint, and a resume may move
+    # the heavy steps to other nodes (e.g. after running out of memory).
+    assert config_fingerprint(plain) == config_fingerprint(bigger)
+    assert check_resumable(run_record(plain), bigger, "s3://provider/runs")["fingerprint"]
