@@ -67,6 +67,10 @@ def test_gpu_steps_get_the_gpu_image_limits_node_selector_and_tolerations(tmp_pa
         assert (res["resourceMemoryRequest"], res["resourceMemoryLimit"]) == ("64Gi", "64Gi")
         assert platform["nodeSelector"] == {"labels": GPU_PROVIDER["node_selector"]}, step
         assert platform["tolerations"] == [TOLERATION], step
+        # Two GPUs: ranks on one node share memory beyond the pod's default 64 MiB /dev/shm.
+        assert platform["emptyDirMounts"] == [
+            {"volumeName": "dshm", "mountPath": "/dev/shm", "medium": "Memory"}
+        ], step
     for step in LIGHT_STEPS:
         container, platform = steps[step]["container"], steps[step]["platform"]
         assert container["image"] == CPU_IMAGE, step
@@ -88,6 +92,7 @@ def test_a_cpu_only_provider_section_keeps_the_cpu_image_and_an_own_image_wins(
     own = "registry.example/fedtune-gpu@sha256:" + "a" * 64
     steps = compile_with(tmp_path, {"gpu": 1, "image": own})
     assert {steps[s]["container"]["image"] for s in HEAVY_STEPS} == {own}
+    assert not any("emptyDirMounts" in steps[s]["platform"] for s in HEAVY_STEPS)  # one GPU
     assert {steps[s]["container"]["image"] for s in LIGHT_STEPS} == {CPU_IMAGE}
 
 

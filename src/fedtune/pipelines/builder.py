@@ -170,6 +170,10 @@ def _heavy(task: Any, provider: ProviderResources, settings: ClusterSettings | N
         task.set_memory_request(provider.memory).set_memory_limit(provider.memory)
     if provider.gpu:
         task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(provider.gpu)
+    if provider.gpu > 1:
+        # Ranks on one node talk through /dev/shm (NCCL), which a pod gets only 64 MiB of by
+        # default; a memory-backed emptyDir there counts against the step's memory limit.
+        kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
     for key, value in sorted(provider.node_selector.items()):
         kubernetes.add_node_selector(task, key, value)
     for toleration in provider.tolerations:
