@@ -32,7 +32,7 @@ and ``export-and-register`` (loads, merges and writes the final models). The oth
 small: ``configure-round``, ``close-rounds`` and ``record-audit`` move stored state and
 records, and the tenant launchers only talk to the Kubernetes API (the tenants' own work runs
 in their Jobs, with the tenants' resources). KFP fixes a task's resources and image when the
-pipeline is compiled, while the job arrives at run time: so ``fedtune compile --job J`` takes
+pipeline is compiled, while the job arrives at run time: so ``fedtune compile J.yaml`` takes
 them from J, the compiled ``server-init`` carries the section it was compiled with
 (:data:`PROVIDER_ENV`, set only when it is not the default, so a job without one compiles to
 the same YAML as before), and a run whose job asks for other provider resources is refused
