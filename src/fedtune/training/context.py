@@ -20,6 +20,7 @@ messages it receives, so caching never changes results.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,6 +48,7 @@ from fedtune.training.precision import Runtime
 from fedtune.training.progress import ProgressHook, logged_progress
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _ENCODED_KEPT = 8  # encodings a context keeps: a tenant's train and eval splits, a public set
 
 
@@ -162,7 +164,12 @@ def build_model(
             tokenizer = tokenizer_of(tokenizer_spec)
     for param in model.parameters():
         param.requires_grad_(False)
-    return runtime.place(model), tokenizer
+    runtime.place(model)
+    first = next(iter(model.parameters()), None)
+    if first is not None and first.device.type != "meta":  # what the model really is
+        log.info("%s ready: %s on %s", type(model).__name__, str(first.dtype).removeprefix("torch."),
+                 first.device)
+    return model, tokenizer
 
 
 def _arch_of(model: torch.nn.Module) -> str:

@@ -155,8 +155,9 @@ def train_local(
         progress: called with (step, loss) after every step.
     """
     torch.manual_seed(seed)
-    optimizer = make_optimizer(list(params.values()), config)
     runtime = Runtime.of(config)
+    runtime.master(params)  # trained weights are fp32 whatever the model's dtype
+    optimizer = make_optimizer(list(params.values()), config)
     stepper = runtime.stepper(optimizer)
     model.train()
     losses: list[float] = []

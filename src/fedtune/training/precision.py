@@ -20,7 +20,7 @@ method here is a no-op: runs stay bitwise equal to runs before precision existed
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,15 @@ class Runtime:
         if not self.mixed:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def master(self, params: Mapping[str, nn.Parameter] | Sequence[nn.Parameter]) -> None:
+        """Keep the weights about to be trained in fp32 (in place), as PEFT keeps LoRA
+        adapters: a bf16/fp16 model trains fp32 master weights under autocast, so updates,
+        aggregation and what is stored are fp32. Call it before building the optimizer."""
+        values = params.values() if isinstance(params, Mapping) else params
+        for param in values:
+            if param.is_floating_point() and param.dtype != torch.float32:
+                param.data = param.data.float()
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Turn on gradient checkpointing where the job asks for it (Hugging Face models,
@@ -167,8 +176,16 @@ def _hf_model(model: nn.Module) -> Any:
     return None
 
 
-@contextlib.contextmanager
-def inference(runtime: Runtime) -> Iterator[None]:
-    """No gradients, autocast to the runtime's precision: for generation and scoring."""
-    with torch.inference_mode(), runtime.autocast():
-        yield
+def model_autocast(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """Autocast to the half precision ``model`` was loaded in (nothing for an fp32 model).
+
+    Evaluation and generation take the model as it was loaded, in the job's dtype; a model
+    whose trained parts were kept fp32 (:meth:`Runtime.master`) next to bf16 frozen weights
+    needs autocast to run at all.
+    """
+    device = torch.device("cpu")
+    for param in model.parameters():
+        device = param.device
+        if param.dtype in (torch.bfloat16, torch.float16):
+            return torch.autocast(device_type=device.type, dtype=param.dtype)
+    return contextlib.nullcontext()
