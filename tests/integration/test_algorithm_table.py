@@ -95,3 +95,22 @@ def test_algorithm_runs_and_state_round_trips(
     again = ServerState.load(store, "roundtrip")
     assert again.meta == state.meta
     assert all(torch.equal(again.tensors[k], v) for k, v in state.tensors.items())
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_algorithm_runs_in_bf16_and_stores_fp32_adapters(
+    name: str, make_job: Callable[..., JobConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    training = {"local_steps": 2, "batch_size": 4, "lr": 0.01, "max_seq_len": 160,
+                "precision": "bf16", "device": "cpu"}
+    job = make_job(rounds=1, algorithm=TABLE[name], training=training, **JOB_OVERRIDES.get(name, {}))
+    with caplog.at_level("INFO", logger="fedtune.training.context"):
+        summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    assert summary["completed"] and summary["rounds"][0]["accepted"]
+    # The models really ran in bf16: every base model was loaded (not cast) in it.
+    ready = [r.getMessage() for r in caplog.records if " ready: " in r.getMessage()]
+    assert ready and all(m.split(" ready: ")[1].startswith("bfloat16 on cpu") for m in ready)
+    state = ServerState.load(layout.JobStores(job).provider(), layout.state_key(1))
+    adapter = state.group("adapter")
+    assert adapter and {t.dtype for t in adapter.values()} == {torch.float32}
+    assert all(torch.isfinite(t).all() for t in adapter.values())

@@ -280,3 +280,28 @@ def test_identity_creates_a_tenant_key_once_and_prints_it(
     assert "is not the registered identity_key" in capsys.readouterr().err
     assert main(["identity", str(path), "--tenant", "tenant-z"]) == 2
     assert "no tenant named 'tenant-z'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("training", "fragments"),
+    [
+        pytest.param({"device": "cuda"}, ["training.device='cuda'", "no CUDA device", "fix:", "auto"],
+                     id="cuda-without-cuda"),
+        pytest.param({"precision": "fp16"}, ["training.precision='fp16'", "CPU", "fix:", "bf16"],
+                     id="fp16-on-the-cpu"),
+    ],
+)
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
+def test_validate_and_run_refuse_a_device_this_machine_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], training: dict, fragments: list[str]
+) -> None:
+    job = tiny_job_dict(tmp_path / "w", rounds=1)
+    job["training"] = {**job.get("training", {}), **training}
+    path = write_job(tmp_path / "job.yaml", job)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err
+    assert main(["run", str(path), "--no-progress"]) == 2
+    assert fragments[0] in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing stored

@@ -222,6 +222,23 @@ def test_a_worker_sees_only_its_device_counted_as_the_engine_counted_it() -> Non
     assert visible_devices("cuda:1", "4,6") == "6"  # the engine saw physical 4 and 6 as 0 and 1
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="a process that already initialised CUDA cannot hide it; workers pin before any CUDA work",
+)
+def test_a_cpu_worker_hides_the_gpus_so_it_trains_on_its_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from fedtune.config.job import TrainingConfig
+    from fedtune.engines.workers import _pin_device
+    from fedtune.training.precision import Runtime
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored afterwards
+    _pin_device("cpu", 1)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert Runtime.of(TrainingConfig()).device == torch.device("cpu")
+
+
 @pytest.mark.parametrize(
     ("setting", "workers", "per_device", "count", "message"),
     [

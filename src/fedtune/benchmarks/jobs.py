@@ -63,6 +63,7 @@ def bench_job(
     clients_per_round: int | None = None,
     tenant_model_dir: Path | Mapping[str, Path] | None = None,
     differential_privacy: Mapping[str, Any] | None = None,
+    training_overrides: Mapping[str, Any] | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
@@ -72,6 +73,8 @@ def bench_job(
     its own folder), the public set always from the suite. ``tenant_model_dir``: every
     tenant's own small model (FedMKT), a pretrained folder with its tokenizer, or one per tenant name.
     ``differential_privacy``: the job's DP section (DP-FedAvg methods), or None.
+    ``training_overrides``: more training fields (e.g. device, precision,
+    gradient_checkpointing), over the settings'.
     """
     params = dict(settings.algorithm_params.get(algorithm, {})) | dict(algorithm_overrides or {})
     if algorithm == "scaffold" and settings.optimizer != "sgd":
@@ -104,7 +107,8 @@ def bench_job(
                 "optimizer": settings.optimizer,
                 "max_seq_len": settings.max_seq_len,
                 "eval_fraction": 0.0,
-            },
+            }
+            | dict(training_overrides or {}),
             "lora": {
                 "r": settings.lora_r,
                 "alpha": settings.lora_alpha,

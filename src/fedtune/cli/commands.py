@@ -14,6 +14,7 @@ from rich.table import Table
 
 from fedtune.cli.arguments import positive_int
 from fedtune.config import load_job
+from fedtune.core.devices import resolve_device
 from fedtune.core.errors import StopRequested
 from fedtune.tracking.base import NullTracker
 from fedtune.tracking.factory import make_tracker
@@ -26,6 +27,7 @@ Registrar = Callable[[Any], None]
 # -- validate -------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    resolve_device(job.training)  # training.device/precision against this machine
     if args.deep:
         from fedtune.engines.preflight import run_checks
         from fedtune.engines.steps import TenantEnvs
@@ -63,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.workers import prestart
 
     job = load_job(args.job)
+    resolve_device(job.training)  # before workers start or anything is stored
     if (args.engine or job.engine.name) == "local":
         # Worker processes start before this one imports the engine: their start-up overlaps.
         prestart(job, args.workers if args.workers is not None else job.engine.workers)

@@ -32,6 +32,34 @@ class TrainingConfig(StrictModel):
     eval_fraction: float = Field(
         0.1, ge=0.0, lt=1.0, description="Share of each tenant's data held out for evaluation."
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where every step of every party trains, distils, generates and evaluates: "
+        "auto = CUDA where the process sees a GPU (a local worker: its own), else CPU. cuda on a "
+        "machine without CUDA is an error before the run stores anything.",
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32",
+        description="Dtype the base models load in (no fp32 copy first) and autocast dtype of "
+        "their forward passes; LoRA adapters, optimizer state, aggregation and everything "
+        "stored stay fp32. fp16 adds a gradient scaler and needs CUDA (use bf16 on CPU).",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute activations in the backward pass instead of keeping them "
+        "(Hugging Face gradient checkpointing, non-reentrant): less memory, about a third more "
+        "compute, the same loss up to float rounding.",
+    )
+
+    @model_validator(mode="after")
+    def _fp16_needs_cuda(self) -> TrainingConfig:
+        if self.device == "cpu" and self.precision == "fp16":
+            raise ValueError(
+                "training.precision: fp16 with training.device: cpu; fp16 autocast on CPU is "
+                "slow and poorly supported; use precision: bf16 (or fp32) on CPU, or "
+                "device: cuda/auto on a GPU machine"
+            )
+        return self
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> TrainingConfig:
@@ -543,6 +571,12 @@ class JobConfig(StrictModel):
                 "no round could reach the quorum — lower min_clients"
             )
         self._check_secure_aggregation()
+        if self.training.device == "cuda" and self.engine.worker_devices == "cpu":
+            raise ValueError(
+                "training.device: cuda, but engine.worker_devices: cpu places the local "
+                "engine's workers on the CPU; set worker_devices to auto (or a list of GPUs), "
+                "or training.device to auto or cpu"
+            )
         if self.differential_privacy is not None:
             problems = self.differential_privacy.job_problems(
                 self.algorithm.name,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.config.job import JobConfig
+from fedtune.core.devices import resolve_device
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, discard_stored_run, preflight
@@ -113,7 +114,8 @@ def run_job(
 
     from fedtune.engines import privacy_steps, secagg_steps
 
-    secagg_steps.refuse_pipeline(job)  # before anything is stored
+    resolve_device(job.training)  # before anything is stored
+    secagg_steps.refuse_pipeline(job)
     privacy_steps.refuse_pipeline(job)
     options = options or RunOptions()
     env = steps.ProviderEnv.create(job)

@@ -16,6 +16,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
+from fedtune.core.devices import resolve_device
 from fedtune.core.errors import ConfigError, ModelError, StoreError
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ def run_checks(job: JobConfig, *, tenants: Any = None) -> list[str]:
 
     Returns warnings about data that will train poorly (see ``local.data_warnings``).
     """
+    resolve_device(job.training)
     check_workdir(job)
     check_stores(job)
     warnings: list[str] = []

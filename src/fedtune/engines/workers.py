@@ -38,10 +38,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any
 
 from fedtune.config.job import JobConfig
+from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines.tenant_tasks import TenantKind
 
@@ -100,18 +100,6 @@ def resolve_workers(requested: int | str) -> int:
     )
 
 
-def cuda_device_count() -> int:
-    """The CUDA devices this process sees (0 without CUDA)."""
-    nodes = (next(Path("/dev").glob(pattern), None) for pattern in ("nvidia[0-9]*", "kfd"))
-    if sys.platform == "linux" and not any(nodes):
-        # No NVIDIA or ROCm device node: no GPU, and no need to import torch, which would
-        # delay the workers that the CLI starts before its own imports (see prestart).
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def device_plan(
     setting: str | Sequence[int], workers: int, per_device: int, device_count: int
 ) -> list[str]:
@@ -166,6 +154,8 @@ def visible_devices(device: str, inherited: str | None) -> str:
 def _pin_device(device: str, per_device: int) -> None:
     """Pin this worker to ``device`` before any CUDA work (the fork server did none)."""
     if device == "cpu":
+        # training.device: auto then means this worker's CPU, whatever GPUs the machine has.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return
     os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(
         device, os.environ.get("CUDA_VISIBLE_DEVICES")

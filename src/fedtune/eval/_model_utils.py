@@ -11,15 +11,18 @@ from torch import nn
 
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Evaluate without dropout or gradients, then give the model back in its former mode.
+    """Evaluate without dropout or gradients (under autocast to a bf16/fp16 model's dtype),
+    then give the model back in its former mode.
 
     Evaluation often runs between training steps (FedBiOT evaluates every round), so leaving
     the model in eval mode would silently turn dropout off for the rest of training.
     """
+    from fedtune.training.precision import model_autocast
+
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), model_autocast(model):
             yield
     finally:
         model.train(was_training)

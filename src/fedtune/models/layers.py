@@ -349,6 +349,7 @@ def build_composite(
     source: Mapping[str, torch.Tensor],
     *,
     what: str,
+    dtype: torch.dtype = torch.float32,
 ) -> PreTrainedModel:
     """A model of ``config``'s architecture whose layers are base layers ``order``.
 
@@ -359,6 +360,7 @@ def build_composite(
         source: Base-named tensors: every non-layer tensor and every layer of ``order``
             (extra layers are ignored).
         what: Name used in errors ("AdapEmu", "AdapFu").
+        dtype: Dtype the model is built in (``source`` is cast to it).
 
     Raises:
         ModelError: A tensor is missing, unexpected or of the wrong shape.
@@ -369,7 +371,7 @@ def build_composite(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model: PreTrainedModel = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            composite_config(config, len(order)), dtype=torch.float32
+            composite_config(config, len(order)), dtype=dtype
         )
     load_by_name(model, map_to_composite(layout, order, wanted), what=what)
     for param in model.parameters():

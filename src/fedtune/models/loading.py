@@ -89,13 +89,13 @@ def _with_adapter(path: Path, *, shown: str) -> tuple[torch.nn.Module, PreTraine
 
 
 def load_pretrained_from_store(
-    store: Any, *, shown: str, tokenizer: str | None = None
+    store: Any, *, shown: str, tokenizer: str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """:func:`load_pretrained` of the model directory that ``store`` (a Store) holds, e.g. a
     tenant's own store confined to the model's prefix."""
     with tempfile.TemporaryDirectory(prefix="fedtune-model-") as tmp:
         download_store_dir(store, Path(tmp), shown=shown)
-        return _load_local(Path(tmp), shown=shown, tokenizer=tokenizer, dtype=None)
+        return _load_local(Path(tmp), shown=shown, tokenizer=tokenizer, dtype=dtype)
 
 
 def _download_dir(uri: str, dest: Path) -> None:

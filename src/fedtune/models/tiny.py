@@ -143,8 +143,9 @@ def build_tiny_model(
     bos_token_id: int,
     eos_token_id: int,
     pad_token_id: int,
+    dtype: torch.dtype = torch.float32,
 ) -> PreTrainedModel:
-    """Build a float32 causal LM in eval mode whose weights depend only on the arguments.
+    """Build a causal LM in eval mode whose weights depend only on the arguments.
 
     Args:
         arch: ``"llama"`` or ``"gpt2"``.
@@ -158,6 +159,7 @@ def build_tiny_model(
         bos_token_id: Begin-of-sequence id, inside the vocabulary.
         eos_token_id: End-of-sequence id, inside the vocabulary.
         pad_token_id: Padding id, inside the vocabulary.
+        dtype: Dtype the weights are created (and initialised) in.
 
     Returns:
         A freshly initialised ``PreTrainedModel``.
@@ -182,7 +184,7 @@ def build_tiny_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model: PreTrainedModel = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            config, dtype=torch.float32
+            config, dtype=dtype
         )
     model.eval()  # type: ignore[no-untyped-call]
     logger.debug(

@@ -20,6 +20,7 @@ messages it receives, so caching never changes results.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,9 +44,11 @@ from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate, encode_examples
 from fedtune.models import lora as lora_helpers
 from fedtune.training.local import Batch, batch_indices
+from fedtune.training.precision import Runtime
 from fedtune.training.progress import ProgressHook, logged_progress
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _ENCODED_KEPT = 8  # encodings a context keeps: a tenant's train and eval splits, a public set
 
 
@@ -117,12 +120,15 @@ def build_model(
     *,
     tenant: str | None = None,
     store_uri: str | None = None,
+    runtime: Runtime | None = None,
 ) -> tuple[torch.nn.Module, Any]:
     """A frozen base model and its tokenizer from a tiny config or a model directory URI.
 
     With ``tenant`` set (a tenant's own model), remote URIs are read through the tenant's
-    own store ``store_uri`` and must lie inside it (:func:`own_store_part`).
+    own store ``store_uri`` and must lie inside it (:func:`own_store_part`). The model is
+    loaded in ``runtime``'s dtype and placed on its device (default: fp32 on the CPU).
     """
+    runtime = runtime or Runtime()
     from fedtune.models.loading import load_pretrained, load_pretrained_from_store
     from fedtune.models.tiny import build_tiny_model
     from fedtune.models.tokenizer import load_tokenizer, load_tokenizer_from_store
@@ -145,18 +151,24 @@ def build_model(
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
+            dtype=runtime.dtype,
         )
     else:
         uri = config.uri if isinstance(config, PretrainedModelConfig) else config
         part = own_store_part(uri, store_uri, tenant, "model") if tenant else None
         if part is None:
-            model, tokenizer = load_pretrained(uri)
+            model, tokenizer = load_pretrained(uri, dtype=runtime.dtype)
         else:
-            model, tokenizer = load_pretrained_from_store(part, shown=uri)
+            model, tokenizer = load_pretrained_from_store(part, shown=uri, dtype=runtime.dtype)
         if tokenizer_spec != "auto":
             tokenizer = tokenizer_of(tokenizer_spec)
     for param in model.parameters():
         param.requires_grad_(False)
+    runtime.place(model)
+    first = next(iter(model.parameters()), None)
+    if first is not None and first.device.type != "meta":  # what the model really is
+        log.info("%s ready: %s on %s", type(model).__name__, str(first.dtype).removeprefix("torch."),
+                 first.device)
     return model, tokenizer
 
 
@@ -176,6 +188,19 @@ class _Encoding:
 
     def tokenizer(self) -> Any:  # pragma: no cover - both subclasses override
         raise NotImplementedError
+
+    @property
+    def runtime(self) -> Runtime:
+        """Device, precision and checkpointing of the job's models (see
+        :mod:`fedtune.training.precision`), resolved once on this machine.
+
+        Raises:
+            ConfigError: ``training.device: cuda`` without CUDA here, or fp16 on the CPU.
+        """
+        cached = self.__dict__.get("_runtime")
+        if cached is None:
+            cached = self.__dict__["_runtime"] = Runtime.of(self.training)
+        return cached  # type: ignore[no-any-return]
 
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
         """Tokenize examples with response-only labels.
@@ -223,6 +248,7 @@ class _Encoding:
                 target_modules=self.lora_config.target_modules,
                 arch=arch,
             )
+            self.runtime.prepare(cache["peft"])
             cache["peft-init"] = lora_helpers.adapter_state(cache["peft"])
         model = cache["peft"]
         lora_helpers.set_adapter_state(model, adapter if adapter is not None else cache["peft-init"])
@@ -289,7 +315,7 @@ class ProviderContext(_Encoding):
         The cached base model is wrapped by PEFT in place once LoRA is applied; export uses
         this to write pristine base weights beside the adapter.
         """
-        return build_model(self.model_config, self.tokenizer_spec)
+        return build_model(self.model_config, self.tokenizer_spec, runtime=self.runtime)
 
     def memo(self, key: str, build: Callable[[], T]) -> T:
         """``build()`` once per process: provider-side things an algorithm keeps (FedPT's
@@ -369,10 +395,13 @@ class TenantBase:
     owner: str | None = None
     store_uri: str | None = None
 
-    def build(self) -> tuple[torch.nn.Module, Any]:
+    def build(self, runtime: Runtime | None = None) -> tuple[torch.nn.Module, Any]:
         """The frozen base model and tokenizer this base names (see :func:`build_model`)."""
         assert self.model is not None  # callers check first
-        return build_model(self.model, self.tokenizer_spec, tenant=self.owner, store_uri=self.store_uri)
+        return build_model(
+            self.model, self.tokenizer_spec, tenant=self.owner, store_uri=self.store_uri,
+            runtime=runtime,
+        )
 
     @classmethod
     def from_job(cls, job: JobConfig, tenants_load_base: bool) -> TenantBase:
@@ -494,7 +523,7 @@ class TenantContext(_Encoding):
             )
         cache = self._cache()
         if "base" not in cache:
-            cache["base"], cache["tokenizer"] = self.base.build()
+            cache["base"], cache["tokenizer"] = self.base.build(self.runtime)
         return cache["base"], cache["tokenizer"]
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fedtune.config.job import TrainingConfig
+from fedtune.training.precision import Runtime
 
 Batch = dict[str, torch.Tensor]
 Regularizer = Callable[[dict[str, nn.Parameter]], torch.Tensor]
@@ -146,14 +147,18 @@ def train_local(
         model: a causal LM returning ``.loss`` when given ``labels``.
         params: trainable parameters by name; everything else is frozen.
         batches: collated batches (input_ids, attention_mask, labels).
-        config: optimizer, lr and weight decay.
+        config: optimizer, lr and weight decay; device and precision (batches move to the
+            device, forward passes run under its autocast, fp16 steps through a GradScaler).
         seed: seeds dropout so a step is reproducible.
         regularizer: extra loss term on ``params`` (e.g. a proximal term).
         grad_correction: tensors added to each named gradient after backward.
         progress: called with (step, loss) after every step.
     """
     torch.manual_seed(seed)
+    runtime = Runtime.of(config)
+    runtime.master(params)  # trained weights are fp32 whatever the model's dtype
     optimizer = make_optimizer(list(params.values()), config)
+    stepper = runtime.stepper(optimizer)
     model.train()
     losses: list[float] = []
     tokens = 0
@@ -173,14 +178,16 @@ def train_local(
             raise Suspended(step)
         step += 1
         optimizer.zero_grad(set_to_none=True)
-        loss = model(**batch).loss
+        with runtime.autocast():
+            loss = model(**runtime.batch(batch)).loss
         total = loss + regularizer(params) if regularizer is not None else loss
-        total.backward()
+        stepper.backward(total)
         if grad_correction is not None:
+            stepper.unscale()  # the correction is added to true gradients
             for name, param in params.items():
                 if param.grad is not None:
-                    param.grad.add_(grad_correction[name])
-        optimizer.step()
+                    param.grad.add_(grad_correction[name].to(param.grad.device))
+        stepper.step()
         losses.append(float(loss.detach()))
         tokens += int((batch["labels"] != -100).sum())
         if progress is not None:
@@ -238,10 +245,14 @@ def _restore(
 def proximal_term(anchor: dict[str, torch.Tensor], weight: float) -> Regularizer:
     """``(weight/2) * ||w - w_anchor||^2`` over the named parameters (FedProx Eq. 2; FedBiOT Eq. 1)."""
 
+    placed: dict[str, torch.Tensor] = {}  # the anchor on the parameters' device, copied once
+
     def term(params: dict[str, nn.Parameter]) -> torch.Tensor:
         total = torch.zeros((), dtype=torch.float32)
         for name, param in params.items():
-            total = total + (param - anchor[name]).pow(2).sum()
+            if name not in placed:
+                placed[name] = anchor[name].to(param.device)
+            total = total + (param - placed[name]).pow(2).sum()
         return 0.5 * weight * total
 
     return term

@@ -36,7 +36,7 @@ def tiny_context(arch: str = "llama", num_layers: int = 6, **kwargs: Any) -> Pro
             max_position_embeddings=256,
         ),
         lora_config=LoraConfig(r=4, alpha=8),
-        training=TrainingConfig(batch_size=4, max_seq_len=96),
+        training=kwargs.pop("training", None) or TrainingConfig(batch_size=4, max_seq_len=96),
         tokenizer_spec="builtin",
         num_tenants=3,
         public_data_uri=str(PUBLIC),

@@ -48,6 +48,26 @@ def test_zero2_and_zero3_emulators_equal_plain_torch(
         assert moved > 1e-4  # the steps did change the emulator, so equality means something
 
 
+@pytest.mark.slow
+def test_bf16_alignment_under_deepspeed_matches_torch_and_keeps_the_emulator_fp32(
+    make_provider: Callable[..., Provider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedtune.config.job import TrainingConfig
+    from tests.unit.fedbiot.conftest import tiny_context
+
+    for name in _RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    bf16 = TrainingConfig(batch_size=4, max_seq_len=96, precision="bf16")
+    common = {"kl_lambda": 0.5, "align_lr": 0.005, "align_batch_size": 4}
+    torch_path = make_provider(tiny_context(training=bf16), **common)
+    assert {p.dtype for p in torch_path.ctx.base_model().parameters()} == {torch.bfloat16}
+    reference = _align(torch_path)
+    trained = _align(make_provider(tiny_context(training=bf16), deepspeed={"zero_stage": 2}, **common))
+    assert {t.dtype for t in [*reference.values(), *trained.values()]} == {torch.float32}
+    for key, value in reference.items():
+        torch.testing.assert_close(trained[key], value, rtol=0.0, atol=5e-3, msg=key)
+
+
 def test_config_file_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="deepspeed.config_path=.*does not exist"):
         load_config_file(str(tmp_path / "missing.json"))

@@ -146,7 +146,7 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
                 "package",
                 fix="Evaluate the final broadcast (final_broadcast), which always carries one.",
             )
-        blueprint = Blueprint.from_json(broadcast.meta["blueprint"])
+        blueprint = Blueprint.from_json(broadcast.meta["blueprint"], ctx.runtime)
         ctx.adopt_tokenizer(broadcast.group("tokenizer"))
         model = client.adapemu(
             blueprint,

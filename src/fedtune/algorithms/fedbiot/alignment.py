@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from torch import nn
 from fedtune.data.tokenize import collate
 from fedtune.training.distill import alignment_loss, masked_kl, masked_l2
 from fedtune.training.local import Batch, batch_indices
+from fedtune.training.precision import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class AlignPlan:
     kl_lambda: float
     normalize_l2: bool
     deepspeed: dict[str, Any] | None = None  # a full DeepSpeed config, or None for torch
+    #: Device and precision (torch path; under DeepSpeed its config's bf16 decides).
+    runtime: Runtime = field(default_factory=Runtime)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,11 @@ def align(
     for name, param in pair.student.named_parameters():
         param.requires_grad_(name in names)
     torch.manual_seed(seed)
+    runtime = plan.runtime
+    if plan.deepspeed is None:
+        runtime.master(params)  # the emulator trains in fp32 under a bf16/fp16 model
     optimizer = _optimizer(list(params.values()), plan)
+    stepper = runtime.stepper(optimizer)
     trainer: Any = None
     run_model: Any = pair.student
     if plan.deepspeed is not None:
@@ -105,7 +112,7 @@ def align(
         # DeepSpeed moved the student to its device (a GPU on the cluster): the frozen teacher
         # and the batches follow it.
         pair.teacher.to(trainer.device)
-    device = trainer.device if trainer is not None else torch.device("cpu")
+    device = trainer.device if trainer is not None else runtime.device
     pair.student.train()
     sums: dict[str, float] = {}
     steps = 0
@@ -115,11 +122,12 @@ def align(
                 break
             batch = {k: v.to(device) for k, v in cpu_batch.items()}
             mask = batch["attention_mask"]
-            with torch.no_grad():
+            with torch.no_grad(), runtime.autocast():
                 teacher_hidden, teacher_logits = _forward(
                     pair.teacher, batch, pair.teacher_position
                 )
-            student_hidden, student_logits = _forward(run_model, batch, pair.student_position)
+            with runtime.autocast():
+                student_hidden, student_logits = _forward(run_model, batch, pair.student_position)
             loss, parts = alignment_loss(
                 student_hidden=student_hidden,
                 teacher_hidden=teacher_hidden,
@@ -134,8 +142,8 @@ def align(
                 trainer.step()
             else:
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
+                stepper.backward(loss)
+                stepper.step()
             for key, value in parts.items():
                 sums[key] = sums.get(key, 0.0) + value
             steps += 1
@@ -156,10 +164,15 @@ def align(
 
 def measure(pair: Pair, batches: Iterable[Batch], *, normalize_l2: bool) -> dict[str, float]:
     """Token-weighted L2 and KL of Eq. 2 on held-out batches (no training)."""
+    from fedtune.eval._model_utils import model_device
+    from fedtune.training.precision import model_autocast
+
     totals = {"l2": 0.0, "kl": 0.0}
     tokens = 0.0
-    with torch.no_grad():
-        for batch in batches:
+    device = model_device(pair.student)
+    with torch.no_grad(), model_autocast(pair.student):
+        for cpu_batch in batches:
+            batch = {k: v.to(device) for k, v in cpu_batch.items()}
             mask = batch["attention_mask"]
             count = float(mask.sum())
             teacher_hidden, teacher_logits = _forward(pair.teacher, batch, pair.teacher_position)

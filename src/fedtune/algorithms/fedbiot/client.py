@@ -135,7 +135,7 @@ def client_step(
 ) -> tuple[Update, ClientState]:
     """Receive the package, evaluate AdapEmu on schedule, train the adapter, report."""
     round_index = int(broadcast.meta["round"])
-    blueprint = Blueprint.from_json(broadcast.meta["blueprint"])
+    blueprint = Blueprint.from_json(broadcast.meta["blueprint"], ctx.runtime)
     package, received, how = receive(broadcast, kept)
     tokenizer = broadcast.group("tokenizer") or ({} if kept is None else kept.group("tokenizer"))
     if not tokenizer:

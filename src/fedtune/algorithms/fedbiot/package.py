@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 from fedtune.config.job import LoraConfig
 from fedtune.core.errors import ModelError
 from fedtune.models import lora as lora_helpers
+from fedtune.training.precision import Runtime
 from fedtune.models.layers import (
     LayerLayout,
     LayerSplit,
@@ -47,6 +48,8 @@ class Blueprint:
     layout: LayerLayout
     split: LayerSplit
     arch: str  # "llama" or "gpt2": decides LoRA target defaults
+    #: Dtype and device the composites are built in and on (the job's; not serialized).
+    runtime: Runtime = field(default_factory=Runtime, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for state and broadcast metadata."""
@@ -58,8 +61,9 @@ class Blueprint:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Blueprint:
-        """Rebuild from :meth:`to_json` (a tenant does this from the broadcast)."""
+    def from_json(cls, data: Mapping[str, Any], runtime: Runtime | None = None) -> Blueprint:
+        """Rebuild from :meth:`to_json` (a tenant does this from the broadcast), to build
+        composites with ``runtime`` (default: fp32 on the CPU)."""
         config = dict(data["config"])
         model_type = config.pop("model_type")
         layout = data["layout"]
@@ -68,6 +72,7 @@ class Blueprint:
             layout=LayerLayout(prefix=str(layout["prefix"]), num_layers=int(layout["num_layers"])),
             split=LayerSplit.from_json(data["split"]),
             arch=str(data["arch"]),
+            runtime=runtime or Runtime(),
         )
 
     # -- names ----------------------------------------------------------------------------
@@ -106,15 +111,22 @@ class Blueprint:
     # -- assembling models ------------------------------------------------------------------
     def adapemu(self, source: Mapping[str, torch.Tensor]) -> PreTrainedModel:
         """E + A: frozen tensors, emulator layers and full adapter-layer weights, by name."""
-        return build_composite(
-            self.config, self.layout, self.split.emulator_order, source, what="AdapEmu"
-        )
+        return self._placed(build_composite(
+            self.config, self.layout, self.split.emulator_order, source, what="AdapEmu",
+            dtype=self.runtime.dtype,
+        ))
 
     def adapfu(self, source: Mapping[str, torch.Tensor]) -> PreTrainedModel:
         """E* + A: every base layer, with the adapter layers taken from ``source``."""
-        return build_composite(
-            self.config, self.layout, self.split.full_order, source, what="AdapFu"
-        )
+        return self._placed(build_composite(
+            self.config, self.layout, self.split.full_order, source, what="AdapFu",
+            dtype=self.runtime.dtype,
+        ))
+
+    def _placed(self, model: PreTrainedModel) -> PreTrainedModel:
+        self.runtime.place(model)
+        self.runtime.prepare(model)
+        return model
 
     def with_lora(
         self, model: PreTrainedModel, lora: LoraConfig, adapter: Mapping[str, torch.Tensor] | None

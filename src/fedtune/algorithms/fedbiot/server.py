@@ -77,7 +77,9 @@ class Provider:
         model = ctx.base_model()
         layout = locate_layers(model)
         model_config: PretrainedConfig = model.config  # type: ignore[assignment]
-        blueprint = Blueprint(config=model_config, layout=layout, split=split, arch=ctx.arch)
+        blueprint = Blueprint(
+            config=model_config, layout=layout, split=split, arch=ctx.arch, runtime=ctx.runtime
+        )
         return cls(config=config, ctx=ctx, blueprint=blueprint, base=unique_state(model))
 
     @property
@@ -102,8 +104,8 @@ class Provider:
 
     def initial_adapter(self) -> Tensors:
         """The trainable adapter before round 1: the base layers, or a fresh seeded LoRA."""
-        if not self.lora_mode:
-            return select(self.base, self.names("adapter"))
+        if not self.lora_mode:  # trained weights, so fp32 whatever the model's dtype
+            return {k: v.float() for k, v in select(self.base, self.names("adapter")).items()}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.ctx.seed, "lora-init"))
             model = self.blueprint.adapemu(self.base)
@@ -174,6 +176,7 @@ class Provider:
             kl_lambda=self.config.kl_lambda,
             normalize_l2=self.config.normalize_l2,
             deepspeed=ds_config,
+            runtime=self.ctx.runtime,
         )
 
     def align(

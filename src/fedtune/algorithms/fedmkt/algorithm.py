@@ -102,6 +102,7 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
             seed=derive_seed(ctx.seed, "fedmkt", purpose, round_index),
             pad_id=tokenizer.pad_token_id,
             vocab_size=len(tokenizer),
+            runtime=ctx.runtime,
         )
 
     def _knowledge(self, ctx: Any, model: Any, tokenizer: Any, side: Side, chars: list[int], top_k: int) -> Knowledge:
@@ -113,6 +114,7 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     def _distil(self, ctx: Any, model: Any, tokenizer: Any, side: Side, teachers: dict, purpose: str, round_index: int) -> dict[str, float]:
         lr = self.config.kd_lr or ctx.training.lr
         params = lora_helpers.trainable_parameters(model)
+        ctx.runtime.master(params)
         optimizer = make_optimizer(list(params.values()), ctx.training.model_copy(update={"lr": lr}))
         return distil(model, optimizer, side.rows, teachers, self._settings(ctx, tokenizer, purpose, round_index))
 
@@ -308,7 +310,7 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
 
         adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
         model_dir = out_dir / "slm"
-        base, tokenizer = ctx.base.build()
+        base, tokenizer = ctx.base.build(ctx.runtime)
         save_pretrained_dir(base, tokenizer, model_dir)
         lora_helpers.save_adapter(ctx.peft_model(adapter), model_dir / "adapter")
         tags = {

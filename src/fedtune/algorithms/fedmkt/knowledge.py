@@ -31,6 +31,8 @@ import torch.nn.functional as F
 
 from fedtune.core.errors import ConfigError
 from fedtune.data.tokenize import collate
+from fedtune.eval._model_utils import model_device
+from fedtune.training.precision import model_autocast
 
 FIELDS = ("sample", "ce", "tokens", "token_offsets", "positions", "position_offsets", "topk_ids", "topk_logprobs")
 
@@ -109,15 +111,17 @@ def compute_knowledge(
     pos_list: list[np.ndarray] = []
     ids_list: list[np.ndarray] = []
     lp_list: list[np.ndarray] = []
+    device = model_device(model)
     model.eval()
     for start in range(0, len(rows), batch_size):
         chunk = list(rows[start : start + batch_size])
         batch = collate(chunk, pad_id)
-        with torch.no_grad():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        with torch.no_grad(), model_autocast(model):
+            logits = model(input_ids=batch["input_ids"].to(device),
+                           attention_mask=batch["attention_mask"].to(device)).logits
         for b, row in enumerate(chunk):
             positions = response_positions(row["labels"])
-            logp = F.log_softmax(logits[b, positions - 1, :vocab_size].float(), dim=-1)
+            logp = F.log_softmax(logits[b, positions - 1, :vocab_size].float(), dim=-1).cpu()
             target = torch.as_tensor(np.asarray(row["input_ids"])[positions])
             nll = -logp.gather(1, target[:, None]).sum()
             ce[start + b] = float(nll) / max(int(chars[start + b]), 1)

@@ -23,6 +23,7 @@ from fedtune.algorithms.fedmkt.align import align_tokens, map_topk, one_hot, rec
 from fedtune.algorithms.fedmkt.knowledge import Knowledge, response_positions
 from fedtune.data.tokenize import collate
 from fedtune.training.distill import topk_kd, weighted_ce_kd
+from fedtune.training.precision import Runtime
 
 Teacher = tuple[np.ndarray, np.ndarray]  # (Q, k) receiver ids, (Q, k) log-probabilities
 
@@ -150,13 +151,13 @@ def teachers(
 
 def row_loss(logits: torch.Tensor, row: dict[str, list[int]], vocab_size: int, teacher: Teacher | None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
     """Summed CE and KD (over response tokens) of one row's logits (T, V), and the count."""
-    positions = torch.as_tensor(response_positions(row["labels"]))
+    positions = torch.as_tensor(response_positions(row["labels"]), device=logits.device)
     logp = F.log_softmax(logits[positions - 1, :vocab_size].float(), dim=-1)
-    target = torch.as_tensor(row["input_ids"])[positions]
+    target = torch.as_tensor(row["input_ids"], device=logits.device)[positions]
     ce = -logp.gather(1, target[:, None]).sum()
     kd = None
     if teacher is not None:
-        ids, values = (torch.as_tensor(a) for a in teacher)
+        ids, values = (torch.as_tensor(a, device=logits.device) for a in teacher)
         kd = topk_kd(logp, ids, values) * positions.numel()
     return ce, kd, int(positions.numel())
 
@@ -171,6 +172,8 @@ class DistilSettings:
     seed: int
     pad_id: int
     vocab_size: int
+    #: Device and precision of the training (default: fp32 on the CPU).
+    runtime: Runtime = field(default_factory=Runtime)
 
 
 def distil(
@@ -182,12 +185,15 @@ def distil(
 
     steps = settings.epochs * -(-len(rows) // settings.batch_size)
     torch.manual_seed(settings.seed)
+    runtime = settings.runtime
+    stepper = runtime.stepper(optimizer)
     model.train()
     ce_values: list[float] = []
     kd_values: list[float] = []
     for idx in batch_indices(len(rows), settings.batch_size, steps, settings.seed):
-        batch = collate([rows[i] for i in idx], settings.pad_id)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        batch = runtime.batch(collate([rows[i] for i in idx], settings.pad_id))
+        with runtime.autocast():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         ce_sum = logits.new_zeros((), dtype=torch.float32)
         kd_sum = logits.new_zeros((), dtype=torch.float32)
         ce_n = kd_n = 0
@@ -200,8 +206,8 @@ def distil(
         kd_mean = kd_sum / max(kd_n, 1)
         loss = weighted_ce_kd(ce_mean, kd_mean, settings.ce_weight)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        stepper.backward(loss)
+        stepper.step()
         ce_values.append(float(ce_mean.detach()))
         if kd_n:
             kd_values.append(float(kd_mean.detach()))

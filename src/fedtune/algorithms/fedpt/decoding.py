@@ -42,22 +42,30 @@ class CachedDecoder:
         logits = out.logits[0, -1]
         if self.vocab_size:
             logits = logits[: self.vocab_size]
-        return logits.to(torch.float32)
+        return logits.to(device="cpu", dtype=torch.float32)  # decoding picks tokens on the CPU
 
     @torch.no_grad()
     def start(self, input_ids: torch.Tensor) -> torch.Tensor:
         self.length = int(input_ids.shape[1])
+        input_ids = input_ids.to(device_of(self.model))
         mask = torch.ones_like(input_ids)
         return self._logits(self.model(input_ids=input_ids, attention_mask=mask, use_cache=True))
 
     @torch.no_grad()
     def advance(self, token: int) -> torch.Tensor:
         self.length += 1
-        step = torch.tensor([[token]], dtype=torch.long)
-        mask = torch.ones((1, self.length), dtype=torch.long)
+        device = device_of(self.model)
+        step = torch.tensor([[token]], dtype=torch.long, device=device)
+        mask = torch.ones((1, self.length), dtype=torch.long, device=device)
         kwargs = {self.cache_arg: self.past}
         out = self.model(input_ids=step, attention_mask=mask, use_cache=True, **kwargs)
         return self._logits(out)
+
+
+def device_of(model: Any) -> torch.device:
+    """Where ``model``'s weights are (inputs go there; CPU for a parameterless module)."""
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return first.device if first is not None else torch.device("cpu")
 
 
 def _forward_of(model: Any) -> Any:

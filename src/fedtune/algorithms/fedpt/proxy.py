@@ -28,6 +28,7 @@ from fedtune.algorithms.fedpt.decoding import (
     Decoder,
     RecomputeDecoder,
     combine,
+    device_of,
     generate_tokens,
 )
 from fedtune.core.errors import ConfigError
@@ -75,10 +76,12 @@ class ModelLogits:
 
     @torch.no_grad()
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Float32 logits on the inputs' device, whatever the model's device and dtype."""
         self.calls += 1
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        device = device_of(self.model)
+        out = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
         logits = out.logits[..., : self.vocab_size] if self.vocab_size else out.logits
-        return logits.to(torch.float32)
+        return logits.to(device=input_ids.device, dtype=torch.float32)
 
     def decoder(self) -> Decoder:
         return CachedDecoder(self.model, self.vocab_size)
@@ -220,10 +223,12 @@ class ProxyTunedLM(torch.nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        logits = [
-            m(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
-            for m in (self.large, self.small_pre, self.small_ft)
-        ]
+        logits = []
+        for m in (self.large, self.small_pre, self.small_ft):
+            device = device_of(m)
+            out = m(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                    position_ids=positions.to(device))
+            logits.append(out.logits.to(input_ids.device))
         return _Output(combine(*logits, self.alpha))
 
     @torch.no_grad()

@@ -83,11 +83,11 @@ def open_large_model(config: LargeModelConfig, ctx: ProviderContext) -> LargeMod
         return LargeModel(source=http, vocab=tokenizer.get_vocab(), identity=identity, tokenizer=tokenizer)
     if isinstance(config, LargePretrainedConfig):
         _check_large_dir(config.uri)
-        model, tokenizer = build_model(config.uri, "auto")
+        model, tokenizer = build_model(config.uri, "auto", runtime=ctx.runtime)
         name = config.uri
     else:
         assert isinstance(config, TinyModelConfig)
-        model, tokenizer = build_model(config, ctx.tokenizer_spec)
+        model, tokenizer = build_model(config, ctx.tokenizer_spec, runtime=ctx.runtime)
         name = "algorithm.large_model (tiny)"
     check_same_vocabulary(
         small_tok.get_vocab(), tokenizer.get_vocab(), small_name="model", large_name=name
@@ -332,7 +332,11 @@ def distill(
     seed = derive_seed(ctx.seed, "fedpt-kd", round_index)
     pad_id = ctx.tokenizer().pad_token_id
     student.train()
+    runtime = ctx.runtime
+    if config.deepspeed is None:
+        runtime.master(params)
     optimizer = make_optimizer(list(params.values()), training)
+    stepper = runtime.stepper(optimizer)
     engine: Any = None
     if config.deepspeed is not None:
         from fedtune.training.deepspeed import DeepSpeedTrainer, build_config, load_config_file
@@ -345,7 +349,7 @@ def distill(
             base=load_config_file(section.config_path) if section.config_path else None,
         )
         engine = DeepSpeedTrainer(student, params.values(), optimizer, ds_config)
-    device = engine.device if engine is not None else torch.device("cpu")
+    device = engine.device if engine is not None else runtime.device
     forward = engine if engine is not None else student
     ce_values: list[float] = []
     kl_values: list[float] = []
@@ -353,10 +357,11 @@ def distill(
     try:
         for idx in batch_indices(len(rows), config.kd_batch_size, config.kd_steps, seed):
             batch = collate([rows[i] for i in idx], pad_id)
-            logits = forward(
-                input_ids=batch["input_ids"].to(device),
-                attention_mask=batch["attention_mask"].to(device),
-            ).logits.cpu()
+            with runtime.autocast():
+                logits = forward(
+                    input_ids=batch["input_ids"].to(device),
+                    attention_mask=batch["attention_mask"].to(device),
+                ).logits.cpu()
             loss, ce, kl = eq5_loss(
                 logits, [rows[i] for i in idx], [teacher[i] for i in idx], config.gamma
             )
@@ -365,8 +370,8 @@ def distill(
                 engine.step()
             else:
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                stepper.backward(loss)
+                stepper.step()
             ce_values.append(ce)
             kl_values.append(kl)
         if engine is not None:

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
+from fedtune.eval._model_utils import model_device
+from fedtune.training.precision import model_autocast
 
 __all__ = ["instruction_following_score", "response_loss"]
 
@@ -29,9 +31,11 @@ def response_loss(model: torch.nn.Module, tokenizer: Any, prompt: str | None, re
     target = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     if not context:  # a tokenizer without BOS: the first response token has no context
         context, target = target[:1], target[1:]
-    ids = torch.tensor([context + target])
-    logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].float()
-    return float(F.cross_entropy(logits, torch.tensor(target)))
+    device = model_device(model)
+    ids = torch.tensor([context + target], device=device)
+    with model_autocast(model):
+        logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].float()
+    return float(F.cross_entropy(logits, torch.tensor(target, device=device)))
 
 
 def instruction_following_score(
