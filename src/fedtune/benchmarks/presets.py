@@ -27,6 +27,7 @@ from fedtune.benchmarks.fewshot_split import FewShotSpec
 from fedtune.benchmarks.pretrain import ModelShape, PretrainSpec
 from fedtune.benchmarks.quality import QualitySpec
 from fedtune.benchmarks.server_memory import ServerMemorySpec
+from fedtune.benchmarks.step_memory import StepMemorySpec
 from fedtune.benchmarks.suite import SuiteSpec
 from fedtune.benchmarks.system import PeerJob, PeerSpec, SystemSpec
 from fedtune.core.errors import ConfigError
@@ -296,6 +297,11 @@ _CI = Preset(
             seq_len=16,
             steps=2,
             zero3_ranks=(1,),
+        ),
+        # Two of the four step kinds keep the CPU test short; the others run in their own test.
+        steps_memory=StepMemorySpec(
+            shape="tiny", batch_size=2, seq_len=32, steps=2, new_tokens=4, lora_r=4,
+            kinds=("client", "eval"), timeout_s=300.0,
         ),
     ),
 )

@@ -409,9 +409,85 @@ def system_markdown(results: Mapping[str, Any]) -> str:
                 f"{row['added_mib']:,.0f} | {row['seconds_per_step']:.2f} |"
             )
         lines.append("")
+    steps = results.get("step_memory")
+    if steps:
+        lines += step_memory_lines(steps)
     for note in results.get("notes", []):
         lines.append(f"- {note}")
     return "\n".join(lines) + "\n"
+
+
+def _load(load: Mapping[str, Any]) -> str:
+    return (
+        f"load average {load['loadavg_1m']:.1f} on {load['cpu_count']} cores, "
+        f"{load['mem_available_gib']:.1f} GiB available"
+    )
+
+
+def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
+    """Peak memory and speed per step kind (:mod:`fedtune.benchmarks.step_memory`)."""
+    lines = [
+        (
+            f"**Peak memory per step kind** ({steps['description']}; one fresh process per "
+            f"cell, one at a time; machine before: {_load(steps['load_before'])}; after: "
+            f"{_load(steps['load_after'])}):"
+        ),
+        "",
+        "| device | step | precision | checkpointing | peak MiB | model MiB | added by the step MiB "
+        "| s/step | tokens/s |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in steps["rows"]:
+        head = (
+            f"| {row['device']} | {row['kind']} | {row['precision']} | "
+            f"{'on' if row['checkpointing'] else 'off'} |"
+        )
+        if "peak_mib" not in row:
+            lines.append(f"{head} - | - | - | - | - ({row.get('error', 'no peak measure')}) |")
+            continue
+        lines.append(
+            f"{head} {row['peak_mib']:,.0f} | {row['model_mib']:,.0f} | {row['added_mib']:,.0f} | "
+            f"{row['seconds_per_step']:.2f} | {row['tokens_per_s']:,.1f} |"
+        )
+    lines += [
+        "",
+        "Peak: CPU, the process's resident high-water mark after the models were built "
+        "(so it counts them); CUDA, `torch.cuda.max_memory_allocated`. Model: memory the "
+        "built models took. Tokens/s: CPU cells on one thread, steady steps (the first is "
+        "not timed); generation counts the new tokens asked for.",
+        "",
+    ]
+    gpu = steps["gpu"]
+    if not gpu["measured"]:
+        return lines + [f"GPU: {gpu['note']}.", ""]
+    speed = gpu["client_speed"]
+    if "error" in speed:
+        return lines + [f"GPU client-step speed: not measured ({speed['error']}).", ""]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.1f} %"
+
+    return lines + [
+        (
+            f"**Client step on {speed['device']}** ({speed['precision']}, batch "
+            f"{speed['batch_size']} x {speed['seq_len']} tokens, {speed['steps']} steps, "
+            f"{speed['reps']} alternating pairs, best of each): model FLOPs per token "
+            f"{speed['flops_per_token']:,} = `{speed['flops_formula']}`; device peak "
+            + (
+                f"{speed['peak_bf16_flops'] / 1e12:,.0f} TFLOP/s dense bf16."
+                if speed["peak_bf16_flops"]
+                else "unknown (not in the table): no MFU."
+            )
+        ),
+        "",
+        "| loop | tokens/s | MFU |",
+        "|---|---:|---:|",
+        f"| fedtune client step | {speed['fedtune_tokens_per_s']:,.0f} | {share(speed['fedtune_mfu'])} |",
+        f"| bare PEFT loop | {speed['bare_tokens_per_s']:,.0f} | {share(speed['bare_mfu'])} |",
+        "",
+        f"fedtune / bare time: **{speed['ratio']:.3f}** (aim <= 1.05; MFU aim >= 40 %).",
+        "",
+    ]
 
 
 def secagg_lines(secagg: Mapping[str, Any]) -> list[str]:

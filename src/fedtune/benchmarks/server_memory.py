@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["ServerMemorySpec", "measure"]
+__all__ = ["ServerMemorySpec", "measure", "reset_peak", "status_kib"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +62,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A ``/proc/self/status`` memory field in KiB (``VmRSS``, ``VmHWM``)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise OSError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak() -> bool:
+def reset_peak() -> bool:
     """Reset the resident high-water mark (Linux clear_refs 5); False where unsupported."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -108,8 +109,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         import deepspeed  # noqa: F401
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    before_kib = _status_kib("VmRSS")
-    reset = _reset_peak()
+    before_kib = status_kib("VmRSS")
+    reset = reset_peak()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     durations = []
@@ -139,7 +140,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
             trainer.backward(loss)
             trainer.step()
             durations.append(time.perf_counter() - started)
-    peak_kib = _status_kib("VmHWM") if reset else None
+    peak_kib = status_kib("VmHWM") if reset else None
     steady = durations[1:] or durations  # the first step allocates the optimizer state
     result: dict[str, Any] = {
         "mode": args.mode,

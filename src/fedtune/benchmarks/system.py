@@ -9,6 +9,10 @@
   (:mod:`fedtune.benchmarks.server_memory`).
 - **Secure aggregation vs plain** per round, several tenant counts
   (:mod:`fedtune.benchmarks.secagg`).
+- **Peak memory and speed per step kind** (client, provider, generation, evaluation) of a
+  1B-class Llama, fp32 vs bf16, with and without gradient checkpointing, on the CPU and on
+  CUDA where present, with the client step's MFU against a bare PEFT loop
+  (:mod:`fedtune.benchmarks.step_memory`, part ``steps-memory``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from fedtune.benchmarks.client_step import CLIENT_STEP_AIM, client_step_vs_bare
 from fedtune.benchmarks.engine import engine_report
 from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
 from fedtune.benchmarks.server_memory import ServerMemorySpec, measure
+from fedtune.benchmarks.step_memory import StepMemorySpec
 from fedtune.benchmarks.suite import load_manifest
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
@@ -108,6 +113,7 @@ class SystemSpec:
     algorithm_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     deepspeed: bool = True
     server: ServerMemorySpec = field(default_factory=ServerMemorySpec)
+    steps_memory: StepMemorySpec = field(default_factory=StepMemorySpec)
     peer: PeerSpec = field(default_factory=PeerSpec)
 
     def to_json(self) -> dict[str, Any]:
@@ -287,4 +293,9 @@ def run_system(
             say(
                 f"server memory {row['mode']} x{row['ranks']}: {row.get('peak_mib', row.get('error'))}"
             )
+    if "steps-memory" in parts:
+        from fedtune.benchmarks import step_memory
+
+        with tempfile.TemporaryDirectory(prefix="fedtune-steps-memory-") as tmp:
+            results["step_memory"] = step_memory.measure(spec.steps_memory, tmp, say)
     return results

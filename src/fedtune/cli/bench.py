@@ -400,6 +400,7 @@ def _add_quality(kinds: Any) -> None:
 # -- system -------------------------------------------------------------------------------------
 def _bench_system(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
+    from fedtune.benchmarks.provenance import source_commit
     from fedtune.benchmarks.report import system_markdown
     from fedtune.benchmarks.system import run_system
 
@@ -415,15 +416,28 @@ def _bench_system(args: argparse.Namespace) -> int:
     if params:
         changes["algorithm_params"] = params
     spec = dataclasses.replace(spec, **changes)
+    if args.steps_shape is not None:
+        from fedtune.benchmarks.step_memory import SHAPES
+
+        if args.steps_shape not in SHAPES:
+            raise ConfigError(
+                f"unknown --steps-shape {args.steps_shape!r}",
+                fix=f"Use one of: {', '.join(SHAPES)}.",
+            )
+        spec = dataclasses.replace(
+            spec, steps_memory=dataclasses.replace(spec.steps_memory, shape=args.steps_shape)
+        )
     parts = _names(args.parts)
-    unknown = sorted(set(parts) - {"client", "engine", "bytes", "memory", "peer", "secagg"})
+    known = ("client", "engine", "bytes", "memory", "steps-memory", "peer", "secagg")
+    unknown = sorted(set(parts) - set(known))
     if unknown:
         raise ConfigError(
             f"unknown system benchmark part(s) {unknown}",
-            fix="Use some of: client, engine, bytes, memory, peer, secagg.",
+            fix=f"Use some of: {', '.join(known)}.",
         )
     workspace = _workspace(args)
     results = run_system(workspace, spec, log=out.print, parts=parts)
+    results["commit"] = source_commit()
     out_dir = workspace.system_dir
     _write_json(out_dir / "results.json", results)
     markdown = system_markdown(results)
@@ -445,7 +459,8 @@ def _add_system(kinds: Any) -> None:
         description="Measure, side by side in one run, the engine's client step against a "
         "bare PyTorch + PEFT loop (interleaved repetitions, medians), the engine's overhead, "
         "bytes per round per algorithm against raw tensor bytes, and the server step's peak "
-        "memory with and without DeepSpeed ZeRO-3; write DIR/system/results.json and results.md.",
+        "memory with and without DeepSpeed ZeRO-3, and (part steps-memory) peak memory per step "
+        "kind of a 1B-class model; write DIR/system/results.json and results.md.",
     )
     _common(p)
     p.add_argument("--algorithms", type=_names, help="algorithms of the bytes table")
@@ -458,8 +473,17 @@ def _add_system(kinds: Any) -> None:
         default="client,engine,bytes,memory",
         help="what to measure: client, engine, bytes, memory, peer (whole jobs, a small and "
         "a 5-round one, against a bare sequential PyTorch+PEFT loop, fedtune with 1 and 2 "
-        "workers; minutes), and secagg (bytes and time of a secure-aggregation round vs plain, "
-        "3-40 tenants)",
+        "workers; minutes), secagg (bytes and time of a secure-aggregation round vs plain, "
+        "3-40 tenants), and steps-memory (peak memory and tokens/s per step kind of a "
+        "1B-class Llama, fp32 vs bf16, with and without gradient checkpointing, one fresh "
+        "process per cell; on CUDA also the client step's MFU vs a bare PEFT loop; about an "
+        "hour on one CPU thread at the 1b shape)",
+    )
+    p.add_argument(
+        "--steps-shape",
+        metavar="SHAPE",
+        help="model shape of the steps-memory part: 1b (the default), 170m (the same family, "
+        "for a busy CPU), tiny (tests)",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
     p.add_argument(
