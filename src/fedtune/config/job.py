@@ -69,6 +69,29 @@ class TenantResources(StrictModel):
     )
 
 
+class ProviderResources(StrictModel):
+    """What the provider's heavy steps ask of the cluster (ignored by the local engine).
+
+    With ``gpu`` above 1 the alignment and distillation steps start one rank per GPU
+    (docs/multi-gpu.md).
+    """
+
+    cpu: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)?m?$", description="CPU request and limit (default: none)."
+    )
+    memory: str | None = Field(
+        None, pattern=r"^\d+(Ki|Mi|Gi|Ti)?$", description="Memory limit (default: none)."
+    )
+    gpu: int = Field(0, ge=0, le=16, description="nvidia.com/gpu limit of the heavy steps.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=list, description="Pod tolerations (key/operator/value/effect)."
+    )
+    image: str | None = Field(
+        None, description="Image of the heavy steps (default: the GPU image when gpu > 0)."
+    )
+
+
 class TenantConfig(StrictModel):
     """One data-owning tenant."""
 
@@ -399,6 +422,11 @@ class JobConfig(StrictModel):
         None,
         description="Client-level DP-FedAvg (off when absent): `{noise_multiplier: 1.0, "
         "clipping: {norm: 0.5}}`; see fedtune.config.privacy.",
+    )
+    provider: ProviderResources = Field(
+        default_factory=ProviderResources,
+        description="Cluster resources of the provider's heavy steps: `{gpu: 4}` runs them "
+        "on 4 ranks.",
     )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,
