@@ -26,6 +26,7 @@ from fedtune.engines import layout, ranks
 from fedtune.entrypoints import aggregate, client_step, configure_round, server_init
 from tests.integration.conftest import DATA
 from tests.kfp.conftest import two_tenant_dict
+from tests.kfp.test_kfp_local import FEDBIOT
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +35,7 @@ def _job(workdir: Path) -> JobConfig:
     return parse_job(
         two_tenant_dict(
             workdir,
-            model={
-                "source": "tiny",
-                "hidden_size": 32,
-                "num_layers": 4,
-                "num_heads": 2,
-                "intermediate_size": 64,
-                "max_position_embeddings": 128,
-            },
+            model=FEDBIOT["model"],  # a 4-layer Llama: emulator 1 layer, adapter 1
             algorithm={
                 "name": "fedbiot",
                 "adapter_size": 1,
@@ -67,6 +61,16 @@ def _until_aggregate(job: JobConfig) -> None:
 
 def _aggregate(job: JobConfig) -> None:
     aggregate.run(job, 1, {}, [{"round": 1, "tenant": t, "ok": True} for t in ("tenant-a", "tenant-b")])
+
+
+def _assert_same_state(expected: JobConfig, got: JobConfig, round_index: int) -> None:
+    a = ServerState.load(layout.JobStores(expected).provider(), layout.state_key(round_index))
+    b = ServerState.load(layout.JobStores(got).provider(), layout.state_key(round_index))
+    assert a.tensors.keys() == b.tensors.keys()
+    for key, value in a.tensors.items():
+        torch.testing.assert_close(b.tensors[key], value, atol=1e-6, rtol=1e-5)
+    for name, value in a.meta["metrics"].items():
+        assert b.meta["metrics"][name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
 
 
 def _stored(job: JobConfig) -> dict[str, bytes]:
@@ -100,14 +104,8 @@ def test_two_ranks_write_one_state_equal_to_one_rank(
         "state/round-000000.json", "state/round-000000.safetensors"
     ]
     provider_one = layout.JobStores(one).provider()
-    for round_index, job in ((0, init_two), (1, two)):
-        a = ServerState.load(provider_one, layout.state_key(round_index))
-        b = ServerState.load(layout.JobStores(job).provider(), layout.state_key(round_index))
-        assert a.tensors.keys() == b.tensors.keys()
-        for key, value in a.tensors.items():
-            torch.testing.assert_close(b.tensors[key], value, atol=1e-6, rtol=1e-5)
-        for name, value in a.meta["metrics"].items():
-            assert b.meta["metrics"][name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    _assert_same_state(one, init_two, 0)
+    _assert_same_state(one, two, 1)
     before = ServerState.load(provider_one, layout.state_key(0)).group("emulator")
     after = ServerState.load(provider_one, layout.state_key(1)).group("emulator")
     moved = max(float((after[k] - before[k]).abs().max()) for k in before)
@@ -128,5 +126,24 @@ def test_a_step_failing_on_every_rank_fails_once_and_writes_nothing(
     before = sorted(_stored(job))
     # Every rank meets the quorum failure; the step reports it once.
     with pytest.raises(QuorumError, match=r"^rank [01] of 2: round 1: 0 valid update\(s\) of 2"):
-        aggregate.run(job, 1, {}, [{"round": 1, "tenant": t, "ok": True} for t in ("tenant-a", "tenant-b")])
+        _aggregate(job)  # the markers say both delivered; no update is stored
     assert sorted(_stored(job)) == before
+
+
+def test_two_ranks_under_deepspeed_zero3_equal_one_plain_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZeRO-3 partitions the trained emulator and the frozen teacher over the 2 ranks."""
+    monkeypatch.setenv(ranks.RANKS_ENV, "1")
+    plain = _job(tmp_path / "plain")
+    server_init.run(plain)
+    monkeypatch.setenv(ranks.RANKS_ENV, "2")
+    raw = plain.model_dump(mode="json")
+    raw["workdir"] = str(tmp_path / "zero3")
+    raw["algorithm"]["deepspeed"] = {"zero_stage": 3}
+    zero3 = parse_job(raw)
+    server_init.run(zero3)
+    _assert_same_state(plain, zero3, 0)
+    assert sorted(k for k in _stored(zero3) if k.startswith("state/")) == [
+        "state/round-000000.json", "state/round-000000.safetensors"
+    ]

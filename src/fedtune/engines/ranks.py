@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -35,6 +36,8 @@ RANKS_ENV = "FEDTUNE_PROVIDER_RANKS"
 """Rank count of the heavy provider steps, overriding ``provider.gpu`` (CPU ranks use gloo)."""
 
 MAX_RANKS = 16
+
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def provider_ranks(gpu: int) -> int:
@@ -111,10 +114,16 @@ def launch(size: int, fn: Callable[..., Any], *args: Any) -> Any:
         )
         started = time.perf_counter()
         level = logging.getLogger().getEffectiveLevel()
+        # The launcher installs its own handlers (SIGTERM ends the ranks); the engine's
+        # graceful stop (fedtune.engines.stopping) gets its handlers back afterwards.
+        handlers = {sig: signal.getsignal(sig) for sig in _HANDLED}
         try:
             results = elastic_launch(config, _rank)(fn, args, scratch, level)
         except ChildFailedError as failed:
             raise _first_failure(scratch, size, failed) from None
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     log.info("%d ranks finished in %.1f s", size, time.perf_counter() - started)
     return results[0]
 

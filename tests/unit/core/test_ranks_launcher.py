@@ -56,3 +56,17 @@ def test_a_step_already_under_a_launcher_is_refused(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="fedtune starts the ranks itself"):
         ranks.launch(2, rank_functions.rank_sum)
+
+
+def test_the_launcher_gives_the_callers_signal_handlers_back() -> None:
+    import signal
+
+    def mine(signum: int, frame: object) -> None:  # pragma: no cover - never delivered
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        ranks.launch(2, rank_functions.rank_sum)
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
