@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
@@ -57,6 +57,38 @@ class LoraConfig(StrictModel):
     )
 
 
+TOLERATION_KEYS = ("key", "operator", "value", "effect")
+_OPERATORS = ("Equal", "Exists")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def check_tolerations(tolerations: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Refuse a toleration Kubernetes would reject (or silently misread) before it is compiled
+    into a pipeline or a tenant Job."""
+    for t in tolerations:
+        unknown = sorted(set(t) - set(TOLERATION_KEYS))
+        if unknown:
+            raise ValueError(
+                f"toleration {t} has unknown key(s) {unknown}; use only {list(TOLERATION_KEYS)}"
+            )
+        if t.get("operator", "Equal") not in _OPERATORS:
+            raise ValueError(
+                f"toleration {t} has operator {t['operator']!r}; use one of {list(_OPERATORS)}"
+            )
+        if "effect" in t and t["effect"] not in _EFFECTS:
+            raise ValueError(
+                f"toleration {t} has effect {t['effect']!r}; use one of {list(_EFFECTS)}, "
+                "or leave it out to match every effect"
+            )
+        if t.get("operator") == "Exists" and t.get("value"):
+            raise ValueError(f"toleration {t} has operator Exists and a value; remove the value")
+        if not t.get("key") and t.get("operator") != "Exists":
+            raise ValueError(
+                f"toleration {t} has no key, which needs operator: Exists (tolerate every taint)"
+            )
+    return tolerations
+
+
 class TenantResources(StrictModel):
     """What a tenant's client step asks of its cluster (ignored by the local engine)."""
 
@@ -68,28 +100,56 @@ class TenantResources(StrictModel):
         default_factory=list, description="Pod tolerations (key/operator/value/effect)."
     )
 
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, str]]) -> list[dict[str, str]]:
+        return check_tolerations(value)
+
 
 class ProviderResources(StrictModel):
-    """What the provider's heavy steps ask of the cluster (ignored by the local engine).
-
-    With ``gpu`` above 1 the alignment and distillation steps start one rank per GPU
-    (docs/multi-gpu.md).
+    """What the provider's heavy pipeline steps ask of the cluster (server init, aggregation,
+    export); compiled into the pipeline by ``fedtune compile`` (ignored by the local engines).
     """
 
     cpu: str | None = Field(
-        None, pattern=r"^\d+(\.\d+)?m?$", description="CPU request and limit (default: none)."
+        None,
+        pattern=r"^\d+(\.\d+)?m?$",
+        description="CPU request and limit of each heavy provider step (None: the pipeline "
+        "default, no request).",
     )
     memory: str | None = Field(
-        None, pattern=r"^\d+(Ki|Mi|Gi|Ti)?$", description="Memory limit (default: none)."
+        None,
+        pattern=r"^\d+(Ki|Mi|Gi|Ti)?$",
+        description="Memory request and limit of each heavy provider step (None: the pipeline "
+        "default, no request).",
     )
-    gpu: int = Field(0, ge=0, le=16, description="nvidia.com/gpu limit of the heavy steps.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
+    gpu: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="nvidia.com/gpu limit of each heavy provider step; above 0 they run in "
+        "the GPU image.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="nodeSelector of the heavy provider steps' pods."
+    )
     tolerations: list[dict[str, str]] = Field(
-        default_factory=list, description="Pod tolerations (key/operator/value/effect)."
+        default_factory=list,
+        description="Tolerations of the heavy provider steps' pods (key/operator/value/effect).",
     )
     image: str | None = Field(
-        None, description="Image of the heavy steps (default: the GPU image when gpu > 0)."
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+        description="Image of the heavy provider steps (None: the GPU image when gpu > 0, "
+        "else the CPU image); it must contain this fedtune version.",
     )
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, str]]) -> list[dict[str, str]]:
+        return check_tolerations(value)
 
 
 class TenantConfig(StrictModel):
@@ -425,8 +485,9 @@ class JobConfig(StrictModel):
     )
     provider: ProviderResources = Field(
         default_factory=ProviderResources,
-        description="Cluster resources of the provider's heavy steps: `{gpu: 4}` runs them "
-        "on 4 ranks.",
+        description="Cluster resources of the provider's heavy pipeline steps (server init, "
+        "aggregation, export): cpu, memory, gpu, node_selector, tolerations, image. Compiled "
+        "into the pipeline: a run refuses a job whose section differs from the compiled one.",
     )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,

@@ -130,7 +130,9 @@ def run_job(
     with tempfile.TemporaryDirectory(prefix="fedtune-kfp-") as tmp:
         if pipeline_file is None:
             family = family_of(job.algorithm.name)
-            pipeline_file = compile_pipeline(family, Path(tmp) / "pipeline.yaml", None)
+            pipeline_file = compile_pipeline(
+                family, Path(tmp) / "pipeline.yaml", None, provider=job.provider
+            )
         _execute(pipeline_file, env.stores.workdir / "kfp-local" / job.name, arguments)
     records = [
         RoundRecord.from_json(store.get_json(layout.summary_key(r))) for r in range(1, last + 1)

@@ -188,10 +188,11 @@ REDACTED = "redacted"
 
 def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
     """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange or
-    provider store URI, and not the provider's model URI. The public data URI only where the
+    provider store URI, not the provider's model URI, and not the provider's cluster
+    resources (its ``provider:`` section: nodes, image). The public data URI only where the
     algorithm shares the public set with tenants by design (FedMKT's knowledge is computed on
     it by every party); the pod needs read access to it, e.g. a bucket every tenant can read."""
-    from fedtune.config.job import PretrainedModelConfig
+    from fedtune.config.job import PretrainedModelConfig, ProviderResources
 
     shared_public = bool(getattr(type(job.algorithm), "tenants_read_public", False))
 
@@ -211,6 +212,7 @@ def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
             "provider_store_uri": None,
             "public_data_uri": job.public_data_uri if shared_public else None,
             "model": model,
+            "provider": ProviderResources(),
         }
     )
 

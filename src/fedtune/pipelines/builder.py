@@ -23,6 +23,20 @@ long trainings are split with ``stop_after_round`` and continued with ``resume_r
 With :class:`ClusterSettings` the compiled YAML also carries the Kubernetes settings a
 cluster run needs (the chart's tenants ConfigMap for the launcher, the provider's store
 credentials Secret, endpoints); without them it is the plain spec ``kfp-local`` runs.
+
+Provider resources: the job's ``provider:`` section (cpu, memory, gpu, node selector,
+tolerations, image) is compiled into the :data:`HEAVY_STEPS` -- ``server-init`` (builds the
+model and the initial state: FedBiOT's emulator compression, FedPT's and FedMKT's models),
+``aggregate`` (aggregation, FedBiOT's emulator alignment, FedPT's and FedMKT's distillation)
+and ``export-and-register`` (loads, merges and writes the final models). The other tasks stay
+small: ``configure-round``, ``close-rounds`` and ``record-audit`` move stored state and
+records, and the tenant launchers only talk to the Kubernetes API (the tenants' own work runs
+in their Jobs, with the tenants' resources). KFP fixes a task's resources and image when the
+pipeline is compiled, while the job arrives at run time: so ``fedtune compile J.yaml`` takes
+them from J, the compiled ``server-init`` carries the section it was compiled with
+(:data:`PROVIDER_ENV`, set only when it is not the default, so a job without one compiles to
+the same YAML as before), and a run whose job asks for other provider resources is refused
+(:func:`fedtune.pipelines.run_form.check_compiled_provider`) instead of running without them.
 """
 
 # No `from __future__ import annotations`: kfp reads the nested pipeline's annotations as types.
@@ -34,7 +48,7 @@ from typing import Any
 from kfp import compiler, dsl
 from kfp.dsl import Artifact, Input
 
-from fedtune.config.job import JobConfig
+from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.config.secrets import (
     MLFLOW_SECRET,
     MLFLOW_SECRET_ENV,
@@ -45,7 +59,13 @@ from fedtune.config.secrets import (
 )
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
-from fedtune.pipelines.run_form import FAMILIES
+from fedtune.pipelines.images import heavy_step_image
+from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, provider_marker
+
+HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")
+"""The provider tasks that get the job's ``provider:`` resources and image (see above)."""
+
+GPU_RESOURCE = "nvidia.com/gpu"
 
 PIPELINE_DOC = """Federated fine-tuning, {family} family ({algorithms}): any number of rounds and tenants.
 
@@ -137,15 +157,52 @@ def _tenant(task: Any, name: str, settings: ClusterSettings | None) -> Any:
     return task
 
 
+def _heavy(task: Any, provider: ProviderResources, settings: ClusterSettings | None) -> Any:
+    """Give a heavy provider step the job's provider resources, placement and image (in a
+    cluster; kfp.local ignores them)."""
+    if settings is None:
+        return task
+    from kfp import kubernetes
+
+    if provider.cpu:
+        task.set_cpu_request(provider.cpu).set_cpu_limit(provider.cpu)
+    if provider.memory:
+        task.set_memory_request(provider.memory).set_memory_limit(provider.memory)
+    if provider.gpu:
+        task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(provider.gpu)
+    if provider.gpu > 1:
+        # Ranks on one node talk through /dev/shm (NCCL), which a pod gets only 64 MiB of by
+        # default; a memory-backed emptyDir there counts against the step's memory limit.
+        kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
+    for key, value in sorted(provider.node_selector.items()):
+        kubernetes.add_node_selector(task, key, value)
+    for toleration in provider.tolerations:
+        kubernetes.add_toleration(task, **toleration)
+    image = heavy_step_image(provider)
+    if image != c.IMAGE:
+        task.set_container_image(image)
+    return task
+
+
 def _no_cache(task: Any) -> Any:
     # Every task, sub-DAGs included, writes to stores: a cached task would skip that.
     return task.set_caching_options(False)
 
 
 def build_pipeline(
-    family: str, settings: ClusterSettings | None, default_job: JobConfig | None = None
+    family: str,
+    settings: ClusterSettings | None,
+    default_job: JobConfig | None = None,
+    provider: ProviderResources | None = None,
 ) -> Any:
-    """The family's KFP pipeline; ``default_job`` (if any) fills the ``job_config`` default."""
+    """The family's KFP pipeline; ``default_job`` (if any) fills the ``job_config`` default.
+
+    ``provider`` (default: ``default_job``'s section, else none) is what the heavy steps ask
+    of the cluster; every run of the pipeline must ask for the same.
+    """
+    if provider is None:
+        provider = default_job.provider if default_job is not None else ProviderResources()
+    marker = provider_marker(provider)
     # Only what the job file sets: the run form shows its own settings, and a changed
     # default elsewhere in fedtune does not make every committed pipeline stale.
     job_json = (
@@ -174,7 +231,7 @@ def build_pipeline(
             broadcast=configure.outputs["broadcast"],
             updates=dsl.Collected(client.outputs["update"]),
         )
-        _provider(merged, "aggregate", settings)
+        _heavy(_provider(merged, "aggregate", settings), provider, settings)
         return merged.outputs["state"]
 
     def pipeline(
@@ -203,7 +260,9 @@ def build_pipeline(
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             family=family,
         )
-        _provider(init, "server init", settings)
+        _heavy(_provider(init, "server init", settings), provider, settings)
+        if marker:
+            init.set_env_variable(PROVIDER_ENV, marker)
         job_artifact = init.outputs["job"]
         # One iteration per round still to train, one at a time; each trains the first round
         # not yet stored, so the order holds even where the backend reorders iterations.
@@ -228,7 +287,7 @@ def build_pipeline(
                 state=closed.outputs["state"],
                 metrics=dsl.Collected(scored.outputs["metrics"]),
             )
-            _provider(export, "export and register", settings)
+            _heavy(_provider(export, "export and register", settings), provider, settings)
             with dsl.If(export.outputs["Output"] == True, "memorization audit"):  # noqa: E712
                 with dsl.ParallelFor(export.outputs["audited"]) as tenant:
                     audited = c.audit(
@@ -255,9 +314,11 @@ def compile_pipeline(
     out: str | Path,
     settings: ClusterSettings | None,
     default_job: JobConfig | None = None,
+    provider: ProviderResources | None = None,
 ) -> Path:
     """Compile the ``family`` pipeline to YAML at ``out``; return the path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_pipeline(family, settings, default_job), str(out))
+    pipeline = build_pipeline(family, settings, default_job, provider)
+    compiler.Compiler().compile(pipeline, str(out))
     return out

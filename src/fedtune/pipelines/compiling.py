@@ -2,8 +2,9 @@
 
 A compiled pipeline runs in pods that share no filesystem, so every store, dataset and the
 tracking server must be addressed by a network URI; :func:`cluster_problems` lists every
-violation at once. The graph depends only on the family: the job only fills the run form's
-``job_config`` default.
+violation at once. The graph depends only on the family: the job fills the run form's
+``job_config`` default, and its ``provider:`` section gives the heavy provider steps their
+resources and image (see :mod:`fedtune.pipelines.builder`).
 """
 
 from __future__ import annotations

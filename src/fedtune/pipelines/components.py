@@ -5,7 +5,8 @@ passes small JSON markers as artifacts: artifacts, unlike parameters, resolve co
 ``ParallelFor`` bodies under ``kfp.local``. Server state itself flows through the job's stores
 by URI; markers only order the tasks and carry what each step did (bytes, seconds, metrics).
 Every component runs in the CPU image of this package version, which already contains kfp,
-so nothing is installed at run time.
+so nothing is installed at run time; the builder moves the heavy provider steps of a job
+with ``provider.gpu > 0`` to the GPU image of the same version (which contains kfp too).
 
 Typed outputs make the run page useful: per-round and final ``Metrics``, the round table as
 ``Markdown``, the exported models as ``Model`` with their registry metadata. kfp.local resolves a

@@ -1,12 +1,19 @@
 """Image references of the pipeline steps, tagged with the installed package version.
 
-One image per runtime role: the CPU image runs every KFP task (provider steps, and the tenant
-launcher, which only talks to the Kubernetes API); the GPU image is the tenant trainer the
-launcher starts in tenant namespaces. Both are built from the same release, so a compiled
-pipeline always names the images of the code that compiled it.
+Two images: the CPU image runs the light KFP tasks (configure-round, close-rounds,
+record-audit, and the tenant launcher, which only talks to the Kubernetes API) and the heavy
+provider steps of a job that asks for no GPU; the GPU image runs the tenant trainer the
+launcher starts in tenant namespaces and the heavy provider steps of a job whose
+``provider.gpu`` is above 0 (:func:`heavy_step_image`). Both are built from the same release,
+so a compiled pipeline always names the images of the code that compiled it.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedtune.config.job import ProviderResources
 
 REGISTRY = "ghcr.io/fedtune"
 
@@ -18,10 +25,18 @@ def _version(version: str | None) -> str:
 
 
 def provider_image(version: str | None = None) -> str:
-    """``ghcr.io/fedtune/fedtune-cpu:<version>``: every KFP task runs in it."""
+    """``ghcr.io/fedtune/fedtune-cpu:<version>``: the CPU image every KFP task runs by default."""
     return f"{REGISTRY}/fedtune-cpu:{_version(version)}"
 
 
 def tenant_image(version: str | None = None) -> str:
-    """``ghcr.io/fedtune/fedtune-gpu:<version>``: the trainer launched in tenant namespaces."""
+    """``ghcr.io/fedtune/fedtune-gpu:<version>``: the GPU image (tenant trainer, GPU steps)."""
     return f"{REGISTRY}/fedtune-gpu:{_version(version)}"
+
+
+def heavy_step_image(provider: ProviderResources) -> str:
+    """The image of the heavy provider steps: the job's ``provider.image`` if set, else the
+    GPU image when they request GPUs, else the CPU image."""
+    if provider.image:
+        return provider.image
+    return tenant_image() if provider.gpu > 0 else provider_image()

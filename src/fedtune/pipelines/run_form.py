@@ -15,17 +15,22 @@ Scoping rewrites every store root of the job (exchange, provider store, each ten
 to ``<root>/runs/<scope>``, so every later step, the tenant launcher and the tenant pods see
 the run's own prefixes through the validated job they already read.
 
+The job's ``provider:`` section is the exception: KFP fixes resources and images when the
+pipeline is compiled, so a run must ask for what its pipeline was compiled with
+(:func:`check_compiled_provider`).
+
 This module does not import kfp: pods read it without paying for it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from fedtune.config.job import JobConfig
+from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.core.errors import ConfigError, StoreError
 
 JOB_SCOPE = "job"
@@ -39,6 +44,10 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "fewfedpit": ("fewfedpit",),
 }
 """Which algorithms each family's compiled pipeline runs (one pipeline per family)."""
+
+PROVIDER_ENV = "FEDTUNE_PIPELINE_PROVIDER"
+"""Variable of the compiled ``server-init`` task: the ``provider:`` section the pipeline was
+compiled with, as JSON (absent: the default, no provider resources)."""
 
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -169,12 +178,45 @@ def scoped(job: JobConfig, scope: str) -> JobConfig:
     )
 
 
+def provider_marker(provider: ProviderResources) -> str:
+    """The :data:`PROVIDER_ENV` value of a pipeline compiled with ``provider`` ("" for the
+    default, which the compiled pipeline leaves unmarked)."""
+    values = provider.model_dump(mode="json", exclude_defaults=True)
+    return json.dumps(values, sort_keys=True) if values else ""
+
+
+def check_compiled_provider(job: JobConfig, source: str, marker: str | None = None) -> None:
+    """Refuse a job whose ``provider:`` section differs from the compiled pipeline's.
+
+    ``marker`` defaults to :data:`PROVIDER_ENV` of this process (the ``server-init`` pod).
+
+    Raises:
+        ConfigError: The job asks for other provider resources than the pipeline gives.
+    """
+    marker = os.environ.get(PROVIDER_ENV, "") if marker is None else marker
+    compiled = ProviderResources.model_validate(json.loads(marker) if marker else {})
+    if job.provider == compiled:
+        return
+    wanted = job.provider.model_dump(mode="json", exclude_defaults=True)
+    given = compiled.model_dump(mode="json", exclude_defaults=True)
+    raise ConfigError(
+        f"{source}: the job's provider section {json.dumps(wanted, sort_keys=True)} differs "
+        f"from the one this pipeline was compiled with ({json.dumps(given, sort_keys=True)}); "
+        "provider resources, placement and image are fixed when a pipeline is compiled, so "
+        "this run would not get what the job asks for",
+        fix="Compile the pipeline from this job (`fedtune compile JOB.yaml -o PIPELINE.yaml`, "
+        "or `fedtune submit JOB.yaml`) and run that, or give the job the compiled provider "
+        "section.",
+    )
+
+
 def resolve_job(form: RunForm, family: str) -> JobConfig:
     """The job a run trains: read, overridden, validated, checked against ``family``, scoped.
 
     Raises:
         ConfigError: No job, an unreadable or invalid one (every problem listed), an override
-            the job refuses, or a job of another family.
+            the job refuses, a job of another family, or one whose provider resources differ
+            from the compiled pipeline's.
     """
     from fedtune.config.loading import parse_job_text
     from fedtune.engines import privacy_steps, secagg_steps
@@ -196,6 +238,7 @@ def resolve_job(form: RunForm, family: str) -> JobConfig:
         )
     secagg_steps.refuse_pipeline(job)
     privacy_steps.refuse_pipeline(job)
+    check_compiled_provider(job, source)
     if form.stop_after_round < 0:
         raise ConfigError(
             f"stop_after_round is {form.stop_after_round}",
