@@ -145,8 +145,8 @@ class DeepSpeedSection(StrictModel):
 
     Either inline settings (``zero_stage``, ``bf16``) or ``config_path``, a DeepSpeed JSON
     file used as given (batch sizes are filled in when it leaves them out). Single process
-    on CPU needs nothing else; on a cluster start the step with the ``deepspeed`` or
-    ``torchrun`` launcher.
+    on CPU needs nothing else; with ``provider.gpu > 1`` the step starts one rank per GPU
+    itself (docs/multi-gpu.md).
     """
 
     zero_stage: Literal[2, 3] | None = Field(

@@ -156,7 +156,8 @@ class ProviderResources(StrictModel):
         ge=0,
         le=16,
         description="nvidia.com/gpu limit of each heavy provider step; above 0 they run in "
-        "the GPU image.",
+        "the GPU image; above 1 server init and aggregation train on one rank per GPU "
+        "(docs/multi-gpu.md).",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of the heavy provider steps' pods."

@@ -171,6 +171,17 @@ class PrivacyBudgetError(FedtuneError):
     redacted_message = "the tenant's differential-privacy step failed"
 
 
+class RankFailed(FedtuneError):
+    """A rank of a multi-rank provider step failed (its error is not a FedtuneError)."""
+
+    exit_code = 15
+    fix = (
+        "The step's log holds the failing rank's traceback; a rank killed by a signal was "
+        "most often out of memory (lower align_batch_size, use ZeRO-3, or add GPUs)."
+    )
+    redacted_message = "a rank of the provider's step failed"
+
+
 def error_classes() -> dict[str, type[FedtuneError]]:
     """Every FedtuneError class by name (the kinds a TenantFailure may carry)."""
     found: dict[str, type[FedtuneError]] = {}

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, privacy_steps, secagg_provider, steps, stopping
+from fedtune.engines import layout, privacy_steps, ranks, secagg_provider, steps, stopping
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -182,7 +182,7 @@ def _run_rounds(
     last = min(job.rounds, options.until_round or job.rounds)
     run_info: dict[str, Any] = {}
     try:
-        steps.init_step(env)
+        ranks.provider_step(env, "init")
         run_info = log_initial_state(env, tracker)
         summary_extra: dict[str, Any] = {}
         with _progress(options.progress) as bar:
@@ -262,7 +262,7 @@ def _run_round(
         outcomes = runner.run([Task("client", round_index, name) for name in sampled], done)
         clients = {n: o.result for n, o in outcomes.items() if o.result is not None}
         failed = {n: str(o.failure) for n, o in outcomes.items() if o.result is None}
-        aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+        aggregate = ranks.provider_step(env, "aggregate", round_index, sampled, failed)
     bar.remove_task(task)
     record = RoundRecord.build(
         round_index, sampled, configure, clients, aggregate, time.perf_counter() - started

@@ -32,6 +32,7 @@ from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
 from fedtune.storage.base import Store
+from fedtune.training.distributed import World
 from fedtune.training.progress import ProgressHook
 from fedtune.training.context import (
     ProviderContext,
@@ -169,13 +170,18 @@ def sample_clients(job: JobConfig, round_index: int) -> list[str]:
 
 
 def init_step(env: ProviderEnv) -> dict[str, Any]:
-    """Provider: write the initial server state (skipped when it exists)."""
+    """Provider: write the initial server state (skipped when it exists).
+
+    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes it, rank 0 writes it.
+    """
     store = env.store()
     key = layout.state_key(0)
     if ServerState.stored(store, key):
         return {"skipped": True}
     started = time.perf_counter()
     state = env.algorithm.init_state(env.ctx)
+    if not World.current().writer:
+        return {}
     written = state.save(store, key)
     return {"seconds": time.perf_counter() - started, "bytes": written}
 
@@ -364,6 +370,8 @@ def aggregate_step(
 
     ``extra`` carries reasons for tenants whose client step failed in this process. Nothing
     is written when the quorum fails, so the stored state stays that of the last good round.
+    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes the state, rank 0
+    writes it.
     """
     store = env.store()
     key = layout.state_key(round_index)
@@ -397,6 +405,8 @@ def aggregate_step(
     compute_started = time.perf_counter()
     new_state = fold_updates(env, state, valid, round_index)
     compute = time.perf_counter() - compute_started
+    if not World.current().writer:
+        return {}
     new_state.save(store, key)
     killpoints.reached(f"state-saved:{round_index}")
     return {

@@ -18,7 +18,7 @@ from typing import Any
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, ranks, steps
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
 
@@ -59,7 +59,7 @@ def run(
         record = RoundRecord.from_json(store.get_json(summary_key))  # completed by an earlier run
         return {"round": round_index, "skipped": True, "metrics": record.metrics()}
     clients, failed = _split(client_markers, round_index, sampled)
-    aggregate = steps.aggregate_step(env, round_index, sampled, extra=failed)
+    aggregate = ranks.provider_step(env, "aggregate", round_index, sampled, failed)
     started_at = configure.get("started_at")
     total = time.time() - float(started_at) if started_at else float(aggregate.get("seconds", 0.0))
     record = RoundRecord.build(

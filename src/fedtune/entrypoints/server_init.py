@@ -17,7 +17,7 @@ from typing import Any
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, ranks, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.local import log_initial_state
 from fedtune.entrypoints import common
@@ -64,7 +64,7 @@ def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
     still to train (see :func:`fedtune.pipelines.run_form.open_rounds`)."""
     env = steps.ProviderEnv.create(job)
     tracker, run_id = _start_tracking(env, form)
-    result = steps.init_step(env)
+    result = ranks.provider_step(env, "init")
     log_initial_state(env, tracker)
     store = env.store()
     done = [

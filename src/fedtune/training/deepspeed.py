@@ -1,14 +1,18 @@
 """A narrow DeepSpeed wrapper for the provider's heavy training phases (the only deepspeed import).
 
 The same code runs in three places: single-process on CPU in tests and on laptops (gloo
-backend, CPU accelerator), and multi-process on GPUs when a step is started by the
-``deepspeed`` or ``torchrun`` launcher, which set the rank variables themselves. Without a
+backend, CPU accelerator), and multi-process when a step runs on several ranks
+(:mod:`fedtune.engines.ranks` starts them with torch's elastic launcher, which sets the rank
+variables). Without a
 launcher, DeepSpeed reaches for MPI unless ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` are set, so :func:`ensure_single_process_env` sets them
 (a free local port) when they are absent.
 
 Under ZeRO-3 parameters live partitioned outside forward passes; :meth:`DeepSpeedTrainer.state`
-gathers them before reading. The first initialisation on a machine compiles a C++ extension
+gathers them before reading. A frozen teacher (:meth:`DeepSpeedTrainer.frozen`) is partitioned
+the same way under ZeRO-3, in a second engine without optimizer, since at scale it is the
+largest model of the step; under ZeRO-2, which partitions only gradients and optimizer
+states, a frozen model has nothing to partition and is just moved to the device. The first initialisation on a machine compiles a C++ extension
 (about a minute); later ones reuse ``~/.cache/torch_extensions``.
 """
 
@@ -32,7 +36,7 @@ log = logging.getLogger(__name__)
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -52,7 +56,7 @@ def ensure_single_process_env() -> None:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # A free port rather than a fixed one: other processes on the machine may hold 29500.
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -140,7 +144,26 @@ class DeepSpeedTrainer:
             model=model, optimizer=optimizer, model_parameters=list(params), config=dict(config)
         )
         self.stage = int(dict(config).get("zero_optimization", {}).get("stage", 0))
+        self._config = dict(config)
+        self._frozen: list[Any] = []
         log.debug("DeepSpeed engine ready (ZeRO-%d)", self.stage)
+
+    def frozen(self, model: nn.Module) -> Any:
+        """A no-gradient model to run beside the trained one (a distillation teacher).
+
+        Under ZeRO-3 it gets an inference-only engine of the same config (its parameters
+        partitioned over the ranks, gathered layer by layer in forward; in the trained
+        model's dtype); otherwise it is moved to the device as it is.
+        """
+        if self.stage != 3:
+            return model.to(self.device)
+        for param in model.parameters():
+            param.requires_grad_(False)
+        config = {k: v for k, v in self._config.items() if k not in ("optimizer", "scheduler")}
+        engine, _, _, _ = self._deepspeed.initialize(model=model, config=config)
+        engine.eval()
+        self._frozen.append(engine)
+        return engine
 
     @property
     def module(self) -> nn.Module:
@@ -186,5 +209,8 @@ class DeepSpeedTrainer:
             }
 
     def close(self) -> None:
-        """Release the engine's buffers and hooks (the process group stays for reuse)."""
+        """Release the engines' buffers and hooks (the process group stays for reuse)."""
+        for engine in self._frozen:
+            engine.destroy()
+        self._frozen.clear()
         self.engine.destroy()

@@ -9,6 +9,11 @@ compares the two models' next-token distributions; both are masked to real token
 Only the emulator's weights are kept between phases (each phase is a pod), so the optimizer
 starts fresh per phase: SGD, the paper's choice, has no state to lose; AdamW's moments
 restart each phase (documented in the config).
+
+Under several ranks (:mod:`fedtune.training.distributed`) each rank trains on its rows of
+every batch, its loss weighted by its share of the batch's tokens, and gradients are
+all-reduced (DDP, or the DeepSpeed engine): every rank ends with the emulator one process
+would have trained. Under ZeRO-3 the frozen teacher is partitioned across the ranks too.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from torch import nn
 
 from fedtune.data.tokenize import collate
+from fedtune.training import distributed
 from fedtune.training.distill import alignment_loss, masked_kl, masked_l2
 from fedtune.training.local import Batch, batch_indices
 from fedtune.training.precision import Runtime
@@ -102,17 +108,28 @@ def align(
         runtime.master(params)  # the emulator trains in fp32 under a bf16/fp16 model
     optimizer = _optimizer(list(params.values()), plan)
     stepper = runtime.stepper(optimizer)
+    world = distributed.World.current()
     trainer: Any = None
     run_model: Any = pair.student
+    teacher: Any = pair.teacher
+    device = runtime.device
     if plan.deepspeed is not None:
         from fedtune.training.deepspeed import DeepSpeedTrainer
 
         trainer = DeepSpeedTrainer(pair.student, params.values(), optimizer, plan.deepspeed)
         run_model = trainer
         # DeepSpeed moved the student to its device (a GPU on the cluster): the frozen teacher
-        # and the batches follow it.
-        pair.teacher.to(trainer.device)
-    device = trainer.device if trainer is not None else runtime.device
+        # follows it (partitioned under ZeRO-3), and so do the batches.
+        teacher = trainer.frozen(pair.teacher)
+        device = trainer.device
+    elif world.sharded:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = world.device()
+        pair.student.to(device)
+        pair.teacher.to(device)
+        ids = [device.index] if device.type == "cuda" else None
+        run_model = DistributedDataParallel(pair.student, device_ids=ids)
     pair.student.train()
     sums: dict[str, float] = {}
     steps = 0
@@ -120,12 +137,13 @@ def align(
         for cpu_batch in batches:
             if steps == plan.steps:
                 break
+            share = 1.0
+            if world.sharded:
+                cpu_batch, share = distributed.shard_rows(cpu_batch, world)
             batch = {k: v.to(device) for k, v in cpu_batch.items()}
             mask = batch["attention_mask"]
             with torch.no_grad(), runtime.autocast():
-                teacher_hidden, teacher_logits = _forward(
-                    pair.teacher, batch, pair.teacher_position
-                )
+                teacher_hidden, teacher_logits = _forward(teacher, batch, pair.teacher_position)
             with runtime.autocast():
                 student_hidden, student_logits = _forward(run_model, batch, pair.student_position)
             loss, parts = alignment_loss(
@@ -137,6 +155,9 @@ def align(
                 kl_lambda=plan.kl_lambda,
                 normalize=plan.normalize_l2,
             )
+            if world.sharded:
+                loss = loss * distributed.gradient_scale(share, world)
+                parts = distributed.combine_means(parts, share)
             if trainer is not None:
                 trainer.backward(loss)
                 trainer.step()
@@ -150,7 +171,7 @@ def align(
         if trainer is not None:
             trained = trainer.state(names)
         else:
-            trained = {n: p.detach().to(torch.float32).clone() for n, p in params.items()}
+            trained = {n: p.detach().to("cpu", torch.float32).clone() for n, p in params.items()}
     finally:
         if trainer is not None:
             trainer.close()
