@@ -81,6 +81,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             tokenizer="auto",
             algorithm=ALGORITHM,
             public_data_uri=str(DATA / "public.jsonl"),
+            storage={"state_retention": 3},  # the encodings test reads every state
         )
     )
     tracking_uri = local_tracking_uri(root / "mlflow")

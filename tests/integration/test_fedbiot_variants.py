@@ -48,7 +48,10 @@ def _job(make_job: Callable[..., JobConfig], algorithm: dict[str, Any], **overri
 def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
     make_job: Callable[..., JobConfig],
 ) -> None:
-    job = _job(make_job, _fedbiot(delta_dtype="bfloat16"), rounds=3, clients_per_round=2, min_clients=1)
+    job = _job(
+        make_job, _fedbiot(delta_dtype="bfloat16"), rounds=3, clients_per_round=2, min_clients=1,
+        storage={"state_retention": 4},  # every round's state and broadcast are compared
+    )
     summary = run_job(job, NullTracker(), QUIET)
     exchange = layout.JobStores(job).provider()
     last_seen: dict[str, int] = {}
@@ -79,7 +82,10 @@ def test_sampled_tenants_hold_exactly_the_providers_view_with_bf16_deltas(
 
 
 def test_fedot_distils_once_and_then_sends_only_the_adapter(make_job: Callable[..., JobConfig]) -> None:
-    job = _job(make_job, {"name": "fedot", "dropout": 0.5, "pre_distill_steps": 2, "eval_every": 100})
+    job = _job(
+        make_job, {"name": "fedot", "dropout": 0.5, "pre_distill_steps": 2, "eval_every": 100},
+        storage={"state_retention": 3},  # states 0 and 2 are compared
+    )
     summary = run_job(job, NullTracker(), QUIET)
     assert summary["adapter_layers"] == [0, 1, 4, 5]  # first 2 + last 2
     assert summary["emulator_layers"] == [2]  # floor(0.5 * 2) of the middle layers 2, 3

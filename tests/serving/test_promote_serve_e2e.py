@@ -75,7 +75,12 @@ def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registered]
                 "fedtune", artifact_location=f"s3://{bucket}/mlartifacts"
             )
             job = parse_job(
-                tiny_job_dict(work, rounds=1, tracking={"backend": "mlflow", "tracking_uri": uri})
+                tiny_job_dict(
+                    work,
+                    rounds=1,
+                    tracking={"backend": "mlflow", "tracking_uri": uri},
+                    export={"merged": True},  # promotion without --lora serves merged/
+                )
             )
             summary = run_job(job, make_tracker(job), RunOptions(progress=False))
             yield Registered(uri, server.endpoint_url, bucket, summary)

@@ -74,19 +74,22 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
     def export(
         self, ctx: ProviderContext, state: ServerState, out_dir: Path
     ) -> dict[str, Artifact]:
-        """The base model as a Hugging Face directory, the adapter in ``adapter/``, and a copy
-        with the adapter merged in ``merged/``.
+        """The base model as a Hugging Face directory (written once) and the adapter in
+        ``adapter/``; with ``export.merged: true`` also a copy with the adapter merged in
+        ``merged/``.
 
         Top-level base weights stay un-merged so that every consumer applies the adapter
         exactly once: the registered pyfunc model and vLLM's LoRA serving alike; ``merged/``
-        is what runtimes without LoRA support (and GPT-2 under vLLM) serve.
+        is what runtimes without LoRA support (and GPT-2 under vLLM) serve. At 7B each full
+        copy is ~14 GB, so it is written only when asked for.
         """
         model = ctx.peft_model(state.group("adapter"))
         model_dir = out_dir / "model"
         base, tokenizer = ctx.build_base()
         save_pretrained_dir(base, tokenizer, model_dir)
         lora_helpers.save_adapter(model, model_dir / "adapter")
-        lora_helpers.merge_and_export(model, tokenizer, model_dir / "merged")
+        if ctx.export_merged:
+            lora_helpers.merge_and_export(model, tokenizer, model_dir / "merged")
         tags = {
             "algorithm": self.name_tag(),
             "rounds": str(state.meta.get("round", 0)),

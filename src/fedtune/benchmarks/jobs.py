@@ -126,6 +126,8 @@ def bench_job(
             "public_data_uri": str((suite_dir / "public.jsonl").resolve()),
             "tracking": {"backend": "none"},
             "differential_privacy": dict(differential_privacy) if differential_privacy else None,
+            # The quality benchmark scores the global model of several rounds after the run.
+            "storage": {"state_retention": rounds + 1},
         },
         source=f"benchmark job {name}",
     )

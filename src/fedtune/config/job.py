@@ -375,6 +375,34 @@ class EngineConfig(StrictModel):
         return self
 
 
+class StorageConfig(StrictModel):
+    """How much of a run the stores keep: server states are the bulk at 7B, so only the
+    newest few stay."""
+
+    state_retention: int = Field(
+        2,
+        ge=1,
+        le=100_000,
+        description="Server states kept in the provider store (newest first; a resume needs "
+        "only the last one, the default 2 keeps one spare). Older states lose their tensors "
+        "once a newer round is completely recorded; their small JSON record (metrics, "
+        "privacy ledger) stays, as do the tenants' updates in the exchange. The provider's "
+        "record of each round's broadcast and the tenants' copies of it follow the same "
+        "rule.",
+    )
+
+
+class ExportConfig(StrictModel):
+    """What the final export writes next to the base weights and the adapter."""
+
+    merged: bool = Field(
+        False,
+        description="Also write a copy of the model with the adapter merged in (`merged/`), "
+        "for runtimes without LoRA support (KServe without --lora, GPT-2 under vLLM). Off: "
+        "the export is the base once plus `adapter/`.",
+    )
+
+
 class AuditConfig(StrictModel):
     """The memorization audit after training (FewFedPIT Section 5.4, after Nasr et al. 2023).
 
@@ -517,6 +545,14 @@ class JobConfig(StrictModel):
         description="Cluster resources of the provider's heavy pipeline steps (server init, "
         "aggregation, export): cpu, memory, gpu, node_selector, tolerations, image. Compiled "
         "into the pipeline: a run refuses a job whose section differs from the compiled one.",
+    )
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig,
+        description="What the stores keep: `{state_retention: 2}` server states.",
+    )
+    export: ExportConfig = Field(
+        default_factory=ExportConfig,
+        description="The final export: base once plus adapter; `{merged: true}` adds a merged copy.",
     )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,

@@ -18,7 +18,7 @@ from fedtune.config.job import JobConfig, LimitsConfig
 from fedtune.core.errors import ConfigError
 
 #: Fields that may change between a run and its resumption (they do not alter results).
-RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit", "provider")
+RESUMABLE_CHANGES = ("rounds", "engine", "tracking", "audit", "provider", "storage", "export")
 #: Limits that bound waits only: a resumed run may wait longer or shorter.
 _WAIT_LIMITS = (
     "store_connect_timeout_s",

@@ -18,7 +18,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
-from fedtune.engines import layout, privacy_steps, ranks, secagg_provider, steps, stopping
+from fedtune.engines import (
+    layout,
+    privacy_steps,
+    ranks,
+    retention,
+    secagg_provider,
+    steps,
+    stopping,
+)
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -236,9 +244,7 @@ def _run_round(
     bar: Progress,
 ) -> None:
     store = env.store()
-    if store.exists(layout.summary_key(round_index)) and store.exists(
-        f"{layout.state_key(round_index)}.json"
-    ):
+    if retention.round_recorded(store, round_index):
         return  # completed before a restart
     dp = env.job.differential_privacy is not None
     if dp:
@@ -268,6 +274,7 @@ def _run_round(
         round_index, sampled, configure, clients, aggregate, time.perf_counter() - started
     )
     store.put_json(layout.summary_key(round_index), record.to_json())
+    retention.prune(env, round_index)  # the round is recorded: older states may go
     tracker.log_metrics(record.metrics(), step=round_index)
 
 

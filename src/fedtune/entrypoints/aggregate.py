@@ -17,8 +17,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
-from fedtune.core.messages import ServerState
-from fedtune.engines import layout, ranks, steps
+from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
 
@@ -55,7 +54,7 @@ def run(
     store = env.store()
     sampled = steps.sample_clients(job, round_index)
     summary_key = layout.summary_key(round_index)
-    if store.exists(summary_key) and ServerState.stored(store, layout.state_key(round_index)):
+    if retention.round_recorded(store, round_index):
         record = RoundRecord.from_json(store.get_json(summary_key))  # completed by an earlier run
         return {"round": round_index, "skipped": True, "metrics": record.metrics()}
     clients, failed = _split(client_markers, round_index, sampled)
@@ -66,6 +65,7 @@ def run(
         round_index, sampled, configure.get("configure", {}), clients, aggregate, total
     )
     store.put_json(summary_key, record.to_json())
+    retention.prune(env, round_index)  # the round is recorded: older states may go
     run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
     common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
     return {

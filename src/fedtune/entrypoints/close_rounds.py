@@ -18,8 +18,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
-from fedtune.core.messages import ServerState
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, retention, steps
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
 
@@ -53,7 +52,7 @@ def run(job: JobConfig, last: int) -> dict[str, Any]:
     missing = [
         r
         for r in range(1, last + 1)
-        if not (store.exists(layout.summary_key(r)) and ServerState.stored(store, layout.state_key(r)))
+        if not retention.round_recorded(store, r)
     ]
     if missing:
         raise FedtuneError(

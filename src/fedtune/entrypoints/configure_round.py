@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.core.messages import ServerState
-from fedtune.engines import layout, steps
+from fedtune.engines import retention, steps
 from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
@@ -41,10 +40,7 @@ def next_round(job: JobConfig, slot: int) -> int:
     """The first round not completed in the provider store (``slot`` when all are)."""
     store = steps.ProviderEnv.create(job).store()
     for round_index in range(1, job.rounds + 1):
-        stored = store.exists(layout.summary_key(round_index)) and ServerState.stored(
-            store, layout.state_key(round_index)
-        )
-        if not stored:
+        if not retention.round_recorded(store, round_index):
             return round_index
     return min(int(slot), job.rounds)
 

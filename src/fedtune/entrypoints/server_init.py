@@ -16,8 +16,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
-from fedtune.core.messages import ServerState
-from fedtune.engines import layout, ranks, steps
+from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.local import log_initial_state
 from fedtune.entrypoints import common
@@ -67,10 +66,7 @@ def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
     result = ranks.provider_step(env, "init")
     log_initial_state(env, tracker)
     store = env.store()
-    done = [
-        store.exists(layout.summary_key(r)) and ServerState.stored(store, layout.state_key(r))
-        for r in range(1, job.rounds + 1)
-    ]
+    done = [retention.round_recorded(store, r) for r in range(1, job.rounds + 1)]
     rounds = open_rounds(done, form.stop_after_round if form is not None else 0)
     return {"round": rounds[0] - 1, "rounds": rounds, "run_id": run_id, "init": result}
 

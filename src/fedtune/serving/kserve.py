@@ -7,8 +7,9 @@ store: a ``models:/`` URI or MLflow's proxied ``mlflow-artifacts:`` scheme mean 
 KServe, and a ``file://`` path on the machine that trained the model is unreachable from a
 cluster. :func:`physical_storage_uri` does that translation.
 
-fedtune exports un-merged base weights at the top level, the adapter in ``adapter/`` and a
-merged copy in ``merged/``. By default the manifest serves ``merged/`` (see
+fedtune exports un-merged base weights at the top level, the adapter in ``adapter/`` and,
+when the job sets ``export.merged``, a merged copy in ``merged/``. By default the manifest
+serves ``merged/`` (see
 ``promotion.served_model``). With ``lora=True`` it serves the base with the adapter through
 vLLM's LoRA support (``--enable-lora --lora-modules NAME-lora=/mnt/models/adapter``), which
 vLLM offers for Llama-architecture models only.

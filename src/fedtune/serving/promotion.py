@@ -84,8 +84,9 @@ def served_model(
     """Gather what the manifest needs from the version's files (a few small reads).
 
     Exports keep un-merged base weights at the top level with the adapter in ``adapter/``
-    (so the adapter is applied exactly once), plus a ``merged/`` copy. Without ``lora`` the
-    manifest serves ``merged/``; with it, the base plus vLLM's LoRA on ``adapter/``.
+    (so the adapter is applied exactly once), plus a ``merged/`` copy when the job set
+    ``export.merged``. Without ``lora`` the manifest serves ``merged/`` (an export without
+    one is refused with a fix); with it, the base plus vLLM's LoRA on ``adapter/``.
     """
     storage_root = physical_storage_uri(record.location, artifacts_destination)
     subpath = registry.hf_subpath(record)
@@ -100,7 +101,8 @@ def served_model(
             raise ConfigError(
                 f"{record.name} version {record.version} holds base weights plus an adapter but "
                 f"no {MERGED_SUBDIR}/ copy; serving its top level alone would drop the adapter",
-                fix="Pass --lora (Llama-shaped models) or re-export the model with fedtune.",
+                fix="Pass --lora (Llama-shaped models), or export with `export: {merged: true}` "
+                "in the job (the export then adds the merged copy) and register that version.",
             )
         subpath = f"{subpath}/{MERGED_SUBDIR}"
         lora_rank = None

@@ -267,6 +267,8 @@ class ProviderContext(_Encoding):
     store: Any = None  # the provider-private Store (states, summaries, exports)
     #: Tokenizer spec of each tenant's own model (fedmkt): tokenizers are declared public.
     tenant_tokenizers: dict[str, str] = field(default_factory=dict)
+    #: ``export.merged``: exports add a copy with the adapter merged in.
+    export_merged: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -282,6 +284,7 @@ class ProviderContext(_Encoding):
             num_tenants=len(job.tenants),
             public_data_uri=job.public_data_uri,
             store=store,
+            export_merged=job.export.merged,
             tenant_tokenizers={
                 t.name: tenant_tokenizer_spec(t.model, t.tokenizer) for t in job.tenants if t.model
             },

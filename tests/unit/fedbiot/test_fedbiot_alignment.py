@@ -66,3 +66,27 @@ def test_missing_public_data_names_the_field(
     missing.ctx.public_data_uri = f"{tmp_path}/no-such.jsonl"
     with pytest.raises(ConfigError, match="public_data_uri=.*no-such.jsonl.*cannot be read"):
         initial_state(missing, 0)
+
+
+def test_a_bf16_emulator_is_aligned_and_stored_in_bf16(
+    make_provider: Callable[..., Provider], tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from fedtune.algorithms.fedbiot import transport
+    from fedtune.core.messages import ServerState
+    from fedtune.storage import open_store
+
+    provider = make_provider(pre_distill_steps=2, align_steps=0, align_lr=0.005)
+    provider.base = {k: v.to(torch.bfloat16) for k, v in provider.base.items()}  # a bf16 model
+    state = initial_state(provider, align_steps=0)
+    emulator = state.group("emulator")
+    before = select(provider.base, provider.names("emulator"))
+    assert emulator and all(t.dtype == torch.bfloat16 for t in emulator.values())
+    assert any(not torch.equal(emulator[k], before[k]) for k in emulator)  # it did train
+    view, _ = transport.next_view(emulator, None, torch.bfloat16)  # the tenants' copy
+    assert all(t.dtype == torch.bfloat16 for t in view.values())
+    store = open_store(str(Path(str(tmp_path)) / "store"))
+    state.save(store, "state/round-000000")
+    stored = ServerState.load(store, "state/round-000000").group("emulator")
+    assert all(t.dtype == torch.bfloat16 for t in stored.values())

@@ -193,7 +193,10 @@ class Provider:
         trainable = list(map_to_composite(self.blueprint.layout, order, emulator))
         batches = public_batches(train, self.config.align_batch_size, steps, seed, pad_id)
         trained, means = align(pair, trainable, batches, self.plan(steps), seed=seed)
-        return map_to_base(self.blueprint.layout, order, trained), means
+        aligned = map_to_base(self.blueprint.layout, order, trained)
+        # Stored in the dtype the emulator has (the model's: bf16 at 7B halves the state),
+        # not the float32 the alignment computes in; a no-op for float32 models.
+        return {k: v.to(emulator[k].dtype) if k in emulator else v for k, v in aligned.items()}, means
 
     def metrics(self, emulator: Tensors, adapter: Tensors) -> dict[str, float]:
         """Provider-side evaluation on held-out public data: Eq. 2 terms, AdapEmu, AdapFu."""
