@@ -39,7 +39,7 @@ def run(job: JobConfig, round_index: int) -> dict[str, Any]:
 
 def next_round(job: JobConfig, slot: int) -> int:
     """The first round not completed in the provider store (``slot`` when all are)."""
-    store = steps.ProviderEnv.create(job).store()
+    store = layout.JobStores(job).provider()
     for round_index in range(1, job.rounds + 1):
         stored = store.exists(layout.summary_key(round_index)) and ServerState.stored(
             store, layout.state_key(round_index)

@@ -14,7 +14,9 @@ one of these objects, and each can only reach its own party's things:
 
 Building the tokenizer and the base model is the expensive part of a phase; a context keeps
 them for the life of the process. Every phase still rebuilds its trainable state from the
-messages it receives, so caching never changes results.
+messages it receives, so caching never changes results. torch, tokenizing (transformers) and
+LoRA (PEFT) are imported where they are used: provider steps that only move tensors
+(configure, aggregate) start without transformers and PEFT, bookkeeping steps without torch.
 """
 
 from __future__ import annotations
@@ -25,9 +27,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedtune.config.job import (
     JobConfig,
@@ -40,10 +40,12 @@ from fedtune.config.job import (
 )
 from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.data.formats import Example
-from fedtune.data.tokenize import collate, encode_examples
-from fedtune.models import lora as lora_helpers
-from fedtune.training.local import Batch, batch_indices
 from fedtune.training.progress import ProgressHook, logged_progress
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedtune.training.local import Batch
 
 T = TypeVar("T")
 _ENCODED_KEPT = 8  # encodings a context keeps: a tenant's train and eval splits, a public set
@@ -183,6 +185,8 @@ class _Encoding:
         A tenant's data object is the same every round, so its encoding is kept (per
         examples object and tokenizer) instead of being redone in every client step.
         """
+        from fedtune.data.tokenize import encode_examples
+
         tokenizer = self.tokenizer()
         cache: dict[tuple[int, int], Any] = self.__dict__.setdefault("_encoded", {})
         key = (id(examples), id(tokenizer))
@@ -200,12 +204,17 @@ class _Encoding:
         self, encoded: Sequence[dict[str, list[int]]], steps: int, seed: int
     ) -> Iterator[Batch]:
         """``steps`` seeded batches drawn epoch by epoch from ``encoded``."""
+        from fedtune.data.tokenize import collate
+        from fedtune.training.local import batch_indices
+
         pad_id = self.tokenizer().pad_token_id
         for idx in batch_indices(len(encoded), self.training.batch_size, steps, seed):
             yield collate([encoded[i] for i in idx], pad_id)
 
     def eval_batches(self, encoded: Sequence[dict[str, list[int]]]) -> Iterator[Batch]:
         """Every held-out example once, in order."""
+        from fedtune.data.tokenize import collate
+
         pad_id = self.tokenizer().pad_token_id
         size = self.training.batch_size
         for start in range(0, len(encoded), size):
@@ -213,6 +222,10 @@ class _Encoding:
 
     def _peft(self, cache: dict[str, Any], base: torch.nn.Module, arch: str, adapter: Any) -> Any:
         """The base wrapped with LoRA (once); ``adapter`` loaded, else the seeded initial one."""
+        import torch
+
+        from fedtune.models import lora as lora_helpers
+
         if "peft" not in cache:
             torch.manual_seed(derive_seed(self.seed, "lora-init"))
             cache["peft"] = lora_helpers.apply_lora(
@@ -501,6 +514,8 @@ class TenantContext(_Encoding):
 # -- tokenizer files as tensors (how a package carries them) ------------------------------------
 def tokenizer_to_tensors(tokenizer: Any) -> dict[str, torch.Tensor]:
     """Every file ``save_pretrained`` writes, as a uint8 tensor named by the file name."""
+    import torch
+
     with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
         tokenizer.save_pretrained(tmp)
         return {
@@ -516,6 +531,8 @@ def tokenizer_from_tensors(files: Mapping[str, torch.Tensor]) -> Any:
     Raises:
         ModelError: The files are not a loadable tokenizer (or a name is not a plain file).
     """
+    import torch
+
     from fedtune.models.tokenizer import load_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
