@@ -547,8 +547,8 @@ def kfp_local_markdown(results: Mapping[str, Any]) -> str:
         "|---|---:|---|---:|---|",
     ]
     aim = float(results["aim"])
-    for name, best in results["best"].items():
-        ratio = results["ratio"][name]
+    for name in sorted(results["best"], key=lambda n: (n != "local", n)):
+        best, ratio = results["best"][name], results["ratio"][name]
         if name == "local":
             verdict = ""
         elif "baseline" in name:
