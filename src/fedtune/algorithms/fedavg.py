@@ -21,8 +21,6 @@ from fedtune.config.algorithms import FedAvgConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.core.registry import register
 from fedtune.eval.loss import lm_eval_loss
-from fedtune.models import lora as lora_helpers
-from fedtune.models.loading import save_pretrained_dir
 from fedtune.training.context import ProviderContext, TenantContext, TenantData, derive_seed
 from fedtune.training.local import (
     Regularizer,
@@ -32,6 +30,8 @@ from fedtune.training.local import (
     train_local,
 )
 
+# PEFT and the model loaders are imported inside the phases that build a model: the
+# provider's configure and aggregate steps (a process each under KFP) only move tensors.
 C = TypeVar("C")
 
 
@@ -40,6 +40,8 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
 
     # -- provider ---------------------------------------------------------------------------
     def init_state(self, ctx: ProviderContext) -> ServerState:
+        from fedtune.models import lora as lora_helpers
+
         adapter = lora_helpers.adapter_state(ctx.peft_model())
         return ServerState(tensors=prefixed("adapter", adapter), meta={"round": 0})
 
@@ -83,6 +85,9 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         is what runtimes without LoRA support (and GPT-2 under vLLM) serve. At 7B each full
         copy is ~14 GB, so it is written only when asked for.
         """
+        from fedtune.models import lora as lora_helpers
+        from fedtune.models.loading import save_pretrained_dir
+
         model = ctx.peft_model(state.group("adapter"))
         model_dir = out_dir / "model"
         base, tokenizer = ctx.build_base()
@@ -110,6 +115,8 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         data: TenantData,
         client_state: ClientState | None,
     ) -> tuple[Update, ClientState | None]:
+        from fedtune.models import lora as lora_helpers
+
         global_adapter = broadcast.group("adapter")
         model = ctx.peft_model(global_adapter)
         round_index = int(broadcast.meta["round"])

@@ -17,6 +17,7 @@ from fedtune.benchmarks.claims import evaluate_claims
 __all__ = [
     "PLOT_METRICS",
     "is_png",
+    "kfp_local_markdown",
     "mined_markdown",
     "plot_rounds",
     "quality_markdown",
@@ -604,4 +605,32 @@ def mined_markdown(results: Mapping[str, Any]) -> str:
             f"{pair['cached_s']:.2f} s | {pair['cold_cpu_s']:.1f} s | {pair['cached_cpu_s']:.2f} s "
             f"| {pair['cold_cpu_s'] / pair['cached_cpu_s']:.0f} x |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def kfp_local_markdown(results: Mapping[str, Any]) -> str:
+    """kfp-local against the local engine, whole processes (:mod:`fedtune.benchmarks.kfp_local`)."""
+    load = results["load_average"]
+    lines = [
+        (
+            f"**`fedtune run --engine kfp-local` vs `--engine local`** ({results['job']}; "
+            f"whole-process wall time, best of {results['reps']} alternating repetitions, one "
+            f"torch thread per process, {results['cores']} cores shared with other work: load "
+            f"average {load['before']:.1f} before, {load['after']:.1f} after):"
+        ),
+        "",
+        "| run | best s | runs s | / local | aim |",
+        "|---|---:|---|---:|---|",
+    ]
+    aim = float(results["aim"])
+    for name in sorted(results["best"], key=lambda n: (n != "local", n)):
+        best, ratio = results["best"][name], results["ratio"][name]
+        if name == "local":
+            verdict = ""
+        elif "baseline" in name:
+            verdict = f"(before, commit {results.get('baseline_commit') or 'unknown'})"
+        else:
+            verdict = f"<= {aim:g} ({'met' if ratio <= aim else 'missed'})"
+        runs = ", ".join(f"{s:.1f}" for s in results["seconds"][name])
+        lines.append(f"| {name} | {best:.1f} | {runs} | {ratio:.2f} | {verdict} |")
     return "\n".join(lines) + "\n"

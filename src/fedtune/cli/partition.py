@@ -1,4 +1,8 @@
-"""``fedtune partition``: split one dataset into per-tenant JSONL files, seeded."""
+"""``fedtune partition``: split one dataset into per-tenant JSONL files, seeded.
+
+The partitioners (numpy, scikit-learn, scipy) are imported when the command runs, not when
+the CLI builds its parser: ``fedtune --help`` and every other command start without them.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,6 @@ from rich.console import Console
 
 from fedtune.core.errors import ConfigError
 from fedtune.data.embed import EMBEDDINGS
-from fedtune.data.fewshot import fewshot_clusters
-from fedtune.data.loader import read_records
-from fedtune.data.partition import count_table, partition, write_partitions
 
 out = Console(highlight=False)
 
@@ -43,6 +44,8 @@ def _fewshot(
     args: argparse.Namespace, records: list[dict[str, Any]], tenants: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
     """Run the few-shot strategy, print how it went, return the parts."""
+    from fedtune.data.fewshot import fewshot_clusters
+
     options = {name: getattr(args, name) for name in (*_FEWSHOT_ONLY, "alpha")}
     result = fewshot_clusters(
         records,
@@ -59,6 +62,9 @@ def _fewshot(
 
 
 def _partition(args: argparse.Namespace) -> int:
+    from fedtune.data.loader import read_records
+    from fedtune.data.partition import count_table, partition, write_partitions
+
     uris = _parse_outputs(args.out)
     if args.strategy != FEWSHOT:
         given = [flag for name, flag in _FEWSHOT_ONLY.items() if getattr(args, name) is not None]

@@ -8,13 +8,14 @@ JSON is written last, so its presence marks a complete message (that is what res
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedtune.core.errors import IntegrityError
 from fedtune.storage.base import Store
 from fedtune.storage.uri import removal_command
+
+if TYPE_CHECKING:
+    import torch
 
 M = TypeVar("M", bound="Message")
 

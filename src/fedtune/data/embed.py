@@ -23,13 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-import numpy as np
-from numpy.typing import NDArray
-from scipy.sparse import spmatrix
-
 from fedtune.core.errors import ConfigError, DataError, ModelError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and scipy at run time only: the CLI's parser reads EMBEDDINGS
+    import numpy as np
+    from numpy.typing import NDArray
+    from scipy.sparse import spmatrix
     from sentence_transformers import SentenceTransformer
 
 __all__ = ["EMBEDDINGS", "Embedder", "embed_texts", "resolve_embedding"]
@@ -96,6 +95,8 @@ def _minilm_model() -> SentenceTransformer:
 
 
 def _minilm(texts: Sequence[str]) -> NDArray[np.float32]:
+    import numpy as np
+
     vectors = _minilm_model().encode(
         list(texts),
         batch_size=_BATCH_SIZE,

@@ -25,7 +25,6 @@ from fedtune.core.errors import DataError
 from fedtune.core.messages import Broadcast
 from fedtune.data.loader import read_numbered_examples
 from fedtune.engines import layout, steps
-from fedtune.eval.audit import audit_model
 from fedtune.eval.memorization import AuditScores, pool_scores
 from fedtune.serving.gate import AUDIT_TAG
 from fedtune.tracking.base import Tracker
@@ -42,6 +41,8 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
 
     Returns ``{"scores": {...}}`` (numbers only), as written to the exchange.
     """
+    from fedtune.eval.audit import audit_model  # generation needs torch: the tenant's step only
+
     job = env.job
     out_key = layout.final_audit_key(job.rounds)
     if env.exchange.exists(out_key):

@@ -3,6 +3,8 @@
 Every engine runs these same functions: the local engine in one process, the KFP components
 one per pod. A step whose output already exists and verifies is skipped, which is how a run
 resumes after a crash; steps are deterministic given the seed, the round and their inputs.
+Importing this module imports no torch (a KFP task that only reads records starts in a
+fraction of a second); the algorithm a job names is imported when its env is created.
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedtune.aggregation.validation import check_update_norm
-from fedtune.algorithms.base import Algorithm, Artifact
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core import killpoints
 from fedtune.core.errors import (
@@ -42,6 +42,9 @@ from fedtune.training.context import (
     derive_seed,
     split_examples,
 )
+
+if TYPE_CHECKING:
+    from fedtune.algorithms.base import Algorithm, Artifact
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +332,8 @@ def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
+    from fedtune.aggregation.validation import check_update_norm
+
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
     for name in sampled:

@@ -18,7 +18,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
-from fedtune.engines import layout, retention, steps
+from fedtune.engines import layout, retention
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
 
@@ -48,7 +48,7 @@ def run(job: JobConfig, last: int) -> dict[str, Any]:
     Raises:
         FedtuneError: A round of the run is not stored (the loop ran iterations concurrently).
     """
-    store = steps.ProviderEnv.create(job).store()
+    store = layout.JobStores(job).provider()  # records only: no algorithm, no torch
     missing = [
         r
         for r in range(1, last + 1)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import retention, steps
+from fedtune.engines import layout, retention, steps
 from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def run(job: JobConfig, round_index: int) -> dict[str, Any]:
 
 def next_round(job: JobConfig, slot: int) -> int:
     """The first round not completed in the provider store (``slot`` when all are)."""
-    store = steps.ProviderEnv.create(job).store()
+    store = layout.JobStores(job).provider()
     for round_index in range(1, job.rounds + 1):
         if not retention.round_recorded(store, round_index):
             return round_index

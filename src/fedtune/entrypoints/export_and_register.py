@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 from fedtune.config.job import JobConfig
 from fedtune.engines import layout, steps
-from fedtune.engines.local import export_and_register
 from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
@@ -49,6 +48,8 @@ def run(job: JobConfig, eval_markers: list[dict[str, Any]]) -> dict[str, Any]:
             "final_eval": store.get_json(layout.FINAL_EVAL_KEY),
             "skipped": True,
         }
+    from fedtune.engines.local import export_and_register  # torch and PEFT: exporting only
+
     by_tenant = {m["tenant"]: dict(m["metrics"]) for m in eval_markers}
     final_eval = {t.name: by_tenant[t.name] for t in job.tenants if t.name in by_tenant}
     store.put_json(layout.FINAL_EVAL_KEY, final_eval)

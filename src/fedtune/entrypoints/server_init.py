@@ -18,7 +18,6 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
 from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
-from fedtune.engines.local import log_initial_state
 from fedtune.entrypoints import common
 from fedtune.pipelines.run_form import RunForm, open_rounds, resolve_job
 from fedtune.storage.base import Store
@@ -61,6 +60,8 @@ def initial_run_info(store: Store) -> dict[str, Any]:
 def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
     """Start tracking and write the initial state; return the state marker with the rounds
     still to train (see :func:`fedtune.pipelines.run_form.open_rounds`)."""
+    from fedtune.engines.local import log_initial_state  # the local engine's imports: lazily
+
     env = steps.ProviderEnv.create(job)
     tracker, run_id = _start_tracking(env, form)
     result = ranks.provider_step(env, "init")

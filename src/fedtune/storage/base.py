@@ -6,9 +6,10 @@ Implementations: :mod:`fedtune.storage.local` (``file://``) and :mod:`fedtune.st
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @runtime_checkable

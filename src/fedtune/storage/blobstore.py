@@ -13,9 +13,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fedtune.core import killpoints
 from fedtune.core.errors import IntegrityError, StoreError
@@ -28,6 +26,9 @@ from fedtune.storage.keys import (
     validate_key,
     validate_prefix,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 

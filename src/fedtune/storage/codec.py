@@ -1,7 +1,8 @@
 """Encodings of what stores hold: JSON documents and safetensors blobs, as bytes.
 
 Both formats are data only, so a blob written by another party can be read without running
-its code (no pickle across a trust boundary).
+its code (no pickle across a trust boundary). torch and safetensors are imported by the tensor
+functions only: steps that read and write JSON alone start without them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ import json
 import struct
 from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import load as _st_load
-from safetensors.torch import save as _st_save
-
 from fedtune.core.errors import StoreError
 
 if TYPE_CHECKING:
+    import torch
+
     from fedtune.storage.base import Store
 
 _HEADER_LEN = struct.Struct("<Q")
@@ -54,6 +53,9 @@ def encode_tensors(
     tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None, *, key: str
 ) -> bytes:
     """Serialize tensors (any layout) and string metadata as one safetensors blob."""
+    import torch
+    from safetensors.torch import save as _st_save
+
     if not isinstance(tensors, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
     ):
@@ -88,6 +90,8 @@ def _savable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     slices of one buffer); a contiguous clone of those is always accepted. The others are
     passed as they are so a large state is not held twice in memory.
     """
+    import torch
+
     cpu = {name: t.detach().to("cpu") for name, t in tensors.items()}
     users: dict[int, int] = {}
     for t in cpu.values():
@@ -104,6 +108,8 @@ def _savable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def decode_tensors(data: bytes, *, key: str) -> dict[str, torch.Tensor]:
     """Parse a safetensors blob read from ``key`` into CPU tensors."""
+    from safetensors.torch import load as _st_load
+
     try:
         return _st_load(data)
     except Exception as exc:  # SafetensorError, or OverflowError/ValueError on garbage

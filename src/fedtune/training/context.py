@@ -14,7 +14,9 @@ one of these objects, and each can only reach its own party's things:
 
 Building the tokenizer and the base model is the expensive part of a phase; a context keeps
 them for the life of the process. Every phase still rebuilds its trainable state from the
-messages it receives, so caching never changes results.
+messages it receives, so caching never changes results. torch, tokenizing (transformers) and
+LoRA (PEFT) are imported where they are used: provider steps that only move tensors
+(configure, aggregate) start without transformers and PEFT, bookkeeping steps without torch.
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedtune.config.job import (
     JobConfig,
@@ -41,11 +41,13 @@ from fedtune.config.job import (
 )
 from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.data.formats import Example
-from fedtune.data.tokenize import collate, encode_examples
-from fedtune.models import lora as lora_helpers
-from fedtune.training.local import Batch, batch_indices
-from fedtune.training.precision import Runtime
 from fedtune.training.progress import ProgressHook, logged_progress
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedtune.training.local import Batch
+    from fedtune.training.precision import Runtime
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -128,10 +130,12 @@ def build_model(
     own store ``store_uri`` and must lie inside it (:func:`own_store_part`). The model is
     loaded in ``runtime``'s dtype and placed on its device (default: fp32 on the CPU).
     """
-    runtime = runtime or Runtime()
     from fedtune.models.loading import load_pretrained, load_pretrained_from_store
     from fedtune.models.tiny import build_tiny_model
     from fedtune.models.tokenizer import load_tokenizer, load_tokenizer_from_store
+    from fedtune.training.precision import Runtime
+
+    runtime = runtime or Runtime()
 
     def tokenizer_of(spec: str) -> Any:
         part = own_store_part(spec, store_uri, tenant, "tokenizer") if tenant else None
@@ -197,6 +201,8 @@ class _Encoding:
         Raises:
             ConfigError: ``training.device: cuda`` without CUDA here, or fp16 on the CPU.
         """
+        from fedtune.training.precision import Runtime
+
         cached = self.__dict__.get("_runtime")
         if cached is None:
             cached = self.__dict__["_runtime"] = Runtime.of(self.training)
@@ -208,6 +214,8 @@ class _Encoding:
         A tenant's data object is the same every round, so its encoding is kept (per
         examples object and tokenizer) instead of being redone in every client step.
         """
+        from fedtune.data.tokenize import encode_examples
+
         tokenizer = self.tokenizer()
         cache: dict[tuple[int, int], Any] = self.__dict__.setdefault("_encoded", {})
         key = (id(examples), id(tokenizer))
@@ -225,12 +233,17 @@ class _Encoding:
         self, encoded: Sequence[dict[str, list[int]]], steps: int, seed: int
     ) -> Iterator[Batch]:
         """``steps`` seeded batches drawn epoch by epoch from ``encoded``."""
+        from fedtune.data.tokenize import collate
+        from fedtune.training.local import batch_indices
+
         pad_id = self.tokenizer().pad_token_id
         for idx in batch_indices(len(encoded), self.training.batch_size, steps, seed):
             yield collate([encoded[i] for i in idx], pad_id)
 
     def eval_batches(self, encoded: Sequence[dict[str, list[int]]]) -> Iterator[Batch]:
         """Every held-out example once, in order."""
+        from fedtune.data.tokenize import collate
+
         pad_id = self.tokenizer().pad_token_id
         size = self.training.batch_size
         for start in range(0, len(encoded), size):
@@ -238,6 +251,10 @@ class _Encoding:
 
     def _peft(self, cache: dict[str, Any], base: torch.nn.Module, arch: str, adapter: Any) -> Any:
         """The base wrapped with LoRA (once); ``adapter`` loaded, else the seeded initial one."""
+        import torch
+
+        from fedtune.models import lora as lora_helpers
+
         if "peft" not in cache:
             torch.manual_seed(derive_seed(self.seed, "lora-init"))
             cache["peft"] = lora_helpers.apply_lora(
@@ -533,6 +550,8 @@ class TenantContext(_Encoding):
 # -- tokenizer files as tensors (how a package carries them) ------------------------------------
 def tokenizer_to_tensors(tokenizer: Any) -> dict[str, torch.Tensor]:
     """Every file ``save_pretrained`` writes, as a uint8 tensor named by the file name."""
+    import torch
+
     with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
         tokenizer.save_pretrained(tmp)
         return {
@@ -548,6 +567,8 @@ def tokenizer_from_tensors(files: Mapping[str, torch.Tensor]) -> Any:
     Raises:
         ModelError: The files are not a loadable tokenizer (or a name is not a plain file).
     """
+    import torch
+
     from fedtune.models.tokenizer import load_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="fedtune-tok-") as tmp:
