@@ -203,3 +203,11 @@ def test_a_step_that_does_not_train_through_dp_sgd_is_withheld(tmp_path: Path) -
     run = PrivateRun("tenant-a", DpSgdConfig(**GOOD), [], 1, 2)
     with pytest.raises(ConfigError, match="did not train through DP-SGD, so its update is withheld"):
         dp_sgd_steps.finish(env, 1, run, Update(tensors={}, meta={"num_samples": 1}))
+
+
+def test_a_tenant_policy_the_algorithm_cannot_apply_makes_the_step_refuse(tmp_path: Path) -> None:
+    d = tiny_job_dict(tmp_path, algorithm=TABLE["fewfedpit"], **JOB_OVERRIDES.get("fewfedpit", {}))
+    env = TenantEnv.create(parse_job(d), "tenant-a")
+    env.own.put_json(dp_sgd_steps.POLICY_KEY, GOOD)
+    with pytest.raises(ConfigError, match=r"sets dp-sgd.json in its own store, but algorithm 'fewfedpit' cannot"):
+        dp_sgd_steps.setting(env)
