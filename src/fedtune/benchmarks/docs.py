@@ -8,7 +8,7 @@ A generated block sits between two markers; everything between them is rewritten
 <!-- end generated -->
 ```
 
-The kind is ``quality``, ``system``, ``secagg`` or ``mined`` (the ``*_markdown`` renderers of
+The kind is ``quality``, ``system``, ``secagg``, ``mined`` or ``dpsgd`` (the ``*_markdown`` renderers of
 :mod:`fedtune.benchmarks.report`). The commit is the JSON's ``commit``
 (written by ``fedtune bench``); JSONs measured before it was recorded name it in the marker
 (``commit=bf2d809``). Prose and numbers cannot drift apart: a test regenerates the page and
@@ -25,7 +25,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from fedtune.benchmarks.report import mined_markdown, quality_markdown, secagg_markdown, system_markdown
+from fedtune.benchmarks.report import (
+    dpsgd_markdown,
+    mined_markdown,
+    quality_markdown,
+    secagg_markdown,
+    system_markdown,
+)
 from fedtune.core.errors import ConfigError
 
 __all__ = ["DOC", "regenerate"]
@@ -42,6 +48,7 @@ _RENDER: Final[dict[str, Callable[[Mapping[str, Any]], str]]] = {
     "system": system_markdown,
     "secagg": secagg_markdown,
     "mined": mined_markdown,
+    "dpsgd": dpsgd_markdown,
 }
 
 
