@@ -38,7 +38,7 @@ from torch.nn import functional
 
 from fedtune.config.dp_sgd import DpSgdConfig
 from fedtune.config.job import TrainingConfig
-from fedtune.core.errors import ConfigError, PrivacyBudgetError
+from fedtune.core.errors import ConfigError, DataError, PrivacyBudgetError
 from fedtune.data.tokenize import collate
 from fedtune.privacy.example_level import Step, epsilon, sample_rate
 from fedtune.training.context import ExampleBatches
@@ -98,6 +98,7 @@ class PrivateRun:
         Raises:
             ConfigError: The client step cannot be privatised as asked (its batches are not
                 the tenant's examples, a second training in one step, a split step).
+            DataError: The tenant has no training example.
             PrivacyBudgetError: The round would exceed the tenant's target epsilon.
         """
         self._calls += 1
@@ -112,6 +113,11 @@ class PrivateRun:
             )
         cfg = self.config
         n = len(batches.encoded)
+        if n == 0:
+            raise DataError(
+                f"tenant {self.tenant!r} has no training example within training.max_seq_len",
+                fix="Raise training.max_seq_len or give the tenant shorter records.",
+            )
         q = sample_rate(batches.batch_size, n)
         after = self.budget_check((cfg.noise_multiplier, q, batches.steps))
         result = self._loop(model, params, batches, q, config, seed, regularizer, grad_correction, progress)

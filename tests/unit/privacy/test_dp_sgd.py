@@ -211,3 +211,32 @@ def test_a_tenant_policy_the_algorithm_cannot_apply_makes_the_step_refuse(tmp_pa
     env.own.put_json(dp_sgd_steps.POLICY_KEY, GOOD)
     with pytest.raises(ConfigError, match=r"sets dp-sgd.json in its own store, but algorithm 'fewfedpit' cannot"):
         dp_sgd_steps.setting(env)
+
+
+def test_the_worker_pool_never_splits_a_dp_sgd_step(tmp_path: Path) -> None:
+    from fedtune.engines.workers import _split_steps
+
+    d = tiny_job_dict(tmp_path)
+    assert _split_steps(parse_job(d)) == 2
+    d["tenants"][1]["dp_sgd"] = GOOD
+    assert _split_steps(parse_job(d)) is None
+
+
+def test_empty_poisson_batches_are_noise_only_steps(tmp_path: Path) -> None:
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    env = _env(tmp_path)
+    encoded = env.ctx.encode(env.data().train)[:20]
+    q, sample_seed = 1 / 20, 5
+    drawn = list(UniformWithReplacementSampler(
+        num_samples=20, sample_rate=q, steps=6, generator=torch.Generator().manual_seed(sample_seed)))
+    assert [] in drawn and any(drawn)  # this seed draws empty and non-empty batches
+    model = env.ctx.peft_model(None)
+    before = lora_helpers.adapter_state(model)
+    run = PrivateRun("tenant-a", DpSgdConfig(**GOOD), [], sample_seed=sample_seed, noise_seed=3)
+    batches = ExampleBatches(encoded, 6, 0, 1, env.ctx.tokenizer().pad_token_id)
+    with running(run):
+        result = train_local(model, lora_helpers.trainable_parameters(model), batches, env.job.training, seed=0)
+    after = lora_helpers.adapter_state(model)
+    assert result.steps == 6 and run.applied is not None and run.applied["sample_rate"] == q
+    assert all(torch.isfinite(after[k]).all() and not torch.equal(after[k], before[k]) for k in before)
