@@ -151,6 +151,7 @@ class PrivateRun:
 
         torch.manual_seed(seed)  # dropout, as in the plain loop
         n = len(batches.encoded)
+        device = next(iter(params.values())).device  # wherever the caller placed the model
         model.train()
         wrapped = GradSampleModule(model, batch_first=True, loss_reduction="mean", strict=True)
         losses: list[float] = []
@@ -163,7 +164,7 @@ class PrivateRun:
                 max_grad_norm=self.config.max_grad_norm,
                 expected_batch_size=max(1, round(q * n)),
                 loss_reduction="mean",
-                generator=torch.Generator().manual_seed(self.noise_seed),
+                generator=torch.Generator(device=device).manual_seed(self.noise_seed),
             )
             sampler = UniformWithReplacementSampler(
                 num_samples=n, sample_rate=q, steps=batches.steps,
@@ -173,6 +174,7 @@ class PrivateRun:
                 optimizer.zero_grad(set_to_none=True)
                 if indices:
                     batch = collate([batches.encoded[i] for i in indices], batches.pad_id)
+                    batch = {k: v.to(device) for k, v in batch.items()}
                     loss = example_mean_loss(wrapped, batch)
                     with warnings.catch_warnings():  # the first LoRA input needs no gradient
                         warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -181,7 +183,7 @@ class PrivateRun:
                     tokens += int((batch["labels"] != -100).sum())
                 else:  # an empty Poisson batch: the step is noise only
                     for p in params.values():
-                        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
+                        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=device)  # type: ignore[attr-defined]
                 optimizer.pre_step()  # clip each example, add the noise, divide by qN
                 _add_data_free_terms(params, regularizer, grad_correction)
                 optimizer.original_optimizer.step()
