@@ -152,3 +152,16 @@ def test_dp_sgd_runs_in_every_algorithm_that_trains_through_the_loop(
     assert summary["completed"]
     assert summary["rounds"][0]["tenants"]["tenant-a"]["metrics"]["dp_sgd/epsilon"] > 0
     assert "tenant-a" in summary["rounds"][0]["accepted"]
+
+
+def test_dp_sgd_composes_with_dp_fedavg_and_secure_aggregation(tmp_path: Path) -> None:
+    job = _job(
+        tmp_path, "layered", rounds=1,
+        algorithm={"name": "fedavg", "aggregation_weights": "uniform"},
+        differential_privacy={"noise_multiplier": 1.0, "clipping": {"norm": 0.05}, "placement": "distributed"},
+        secure_aggregation={"enabled": True, "threshold": 2},
+    )
+    summary = run_job(job, NullTracker(), QUIET)
+    assert summary["completed"] and summary["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
+    assert summary["rounds"][0]["tenants"]["tenant-a"]["metrics"]["dp_sgd/epsilon"] > 0
+    assert summary["privacy"]["epsilon"] > 0  # the provider's client-level epsilon beside it
