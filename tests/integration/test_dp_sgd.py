@@ -165,3 +165,18 @@ def test_dp_sgd_composes_with_dp_fedavg_and_secure_aggregation(tmp_path: Path) -
     assert summary["completed"] and summary["rounds"][0]["accepted"] == ["tenant-a", "tenant-b", "tenant-c"]
     assert summary["rounds"][0]["tenants"]["tenant-a"]["metrics"]["dp_sgd/epsilon"] > 0
     assert summary["privacy"]["epsilon"] > 0  # the provider's client-level epsilon beside it
+
+
+def test_a_tenant_with_its_own_mlflow_gets_every_round_there(tmp_path: Path) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'tenant-a-mlflow.db'}"
+    d = tiny_job_dict(tmp_path / "tracked")
+    d["tenants"][0].update(dp_sgd=DP, tracking={"tracking_uri": uri})
+    job = parse_job(d)
+    run_job(job, NullTracker(), QUIET)
+    book = dp_sgd_steps.ledger(TenantEnv.create(job, "tenant-a"))
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(book["mlflow_run_id"], "dp_sgd/epsilon")
+    assert [(m.step, m.value) for m in history] == [(r, book["rounds"][str(r)]["epsilon"]) for r in (1, 2)]
+    assert [m.step for m in client.get_metric_history(book["mlflow_run_id"], "dp_sgd/train_loss")] == [1, 2]

@@ -12,7 +12,8 @@ What the tenant keeps in its own store: ``dp-sgd/secret.json``, a random seed ma
 which each round's batch and noise generators are derived (so a resumed round redraws the same
 batches and noise, bitwise, and the provider, which knows the job seed, cannot); and
 ``dp-sgd/ledger.json``, one entry per round trained: the DP-SGD parameters, the epsilon after
-it, and the losses the provider does not get.
+it, and the losses the provider does not get (also logged to the tenant's own MLflow when its
+entry has ``tracking``).
 
 What leaves for the provider: the noised adapter update; the epsilon and the public DP-SGD
 parameters in the update's metrics (``dp_sgd/*``) unless ``share_epsilon: false``; the losses
@@ -120,6 +121,27 @@ def example_privacy(env: TenantEnv, round_index: int) -> Iterator[PrivateRun | N
         yield run
 
 
+def _log_to_own_tracking(env: TenantEnv, round_index: int, book: dict[str, Any]) -> None:
+    """The round's entry into the tenant's own MLflow (``tenants[].tracking``), if it has one:
+    one run per job and tenant, its id kept in the ledger; every number, losses included."""
+    tracking = env.tenant.tracking
+    if tracking is None or tracking.backend != "mlflow":
+        return
+    from fedtune.tracking.mlflow_tracker import MlflowTracker
+
+    tracker = MlflowTracker(tracking.tracking_uri, tracking.experiment,
+                            timeout_s=env.job.limits.tracking_timeout_s,
+                            max_retries=env.job.limits.tracking_max_retries)
+    book["mlflow_run_id"] = tracker.start(
+        run_name=f"{env.job.name}-{env.tenant.name}-dp-sgd", params={},
+        tags={"fedtune.tenant": env.tenant.name}, run_id=book.get("mlflow_run_id"),
+    )
+    entry = book["rounds"][str(round_index)]
+    tracker.log_metrics({f"dp_sgd/{k}": float(v) for k, v in entry.items()
+                         if isinstance(v, int | float) and not isinstance(v, bool)}, step=round_index)
+    tracker.end("FINISHED")
+
+
 def finish(env: TenantEnv, round_index: int, run: PrivateRun | None, update: Update) -> Update:
     """Record the round in the tenant's ledger; the update with only what the tenant shares.
 
@@ -142,6 +164,7 @@ def finish(env: TenantEnv, round_index: int, run: PrivateRun | None, update: Upd
         "source": run.source,
         **{k: meta.get(k) for k in DATA_SCALARS},
     }
+    _log_to_own_tracking(env, round_index, book)
     env.own.put_json(LEDGER_KEY, book)
     metrics = {k: v for k, v in dict(meta.get("metrics") or {}).items() if k.startswith("bytes")}
     if cfg.share_losses:
