@@ -153,7 +153,15 @@ class PrivateRun:
         n = len(batches.encoded)
         device = next(iter(params.values())).device  # wherever the caller placed the model
         model.train()
-        wrapped = GradSampleModule(model, batch_first=True, loss_reduction="mean", strict=True)
+        try:
+            wrapped = GradSampleModule(model, batch_first=True, loss_reduction="mean", strict=True)
+        except (NotImplementedError, ValueError) as exc:  # Opacus' validation of the layers
+            model.eval()
+            raise ConfigError(
+                f"tenant {self.tenant!r}: Opacus cannot compute per-example gradients of this "
+                f"model's trainable layers: {exc}",
+                fix="Train LoRA adapters (e.g. fedbiot's adapter_training: lora), or remove dp_sgd.",
+            ) from None
         losses: list[float] = []
         tokens = 0
         started = time.perf_counter()

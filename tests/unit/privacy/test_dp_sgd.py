@@ -240,3 +240,18 @@ def test_empty_poisson_batches_are_noise_only_steps(tmp_path: Path) -> None:
     after = lora_helpers.adapter_state(model)
     assert result.steps == 6 and run.applied is not None and run.applied["sample_rate"] == q
     assert all(torch.isfinite(after[k]).all() and not torch.equal(after[k], before[k]) for k in before)
+
+
+def test_a_model_opacus_cannot_handle_is_a_config_error(tmp_path: Path) -> None:
+    class WithBatchNorm(torch.nn.Module):  # trainable layer with buffers: no per-example gradients
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(4)
+
+    env = _env(tmp_path)
+    model = WithBatchNorm()
+    run = PrivateRun("tenant-a", DpSgdConfig(**GOOD), [], 1, 2)
+    batches = ExampleBatches(env.ctx.encode(env.data().train), 1, 0, 4, 0)
+    with running(run), pytest.raises(ConfigError, match=r"Opacus cannot compute per-example gradients.*BatchNorm1d"):
+        train_local(model, dict(model.named_parameters()), batches, env.job.training, seed=0)
+    assert not model.training
