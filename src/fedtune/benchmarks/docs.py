@@ -8,7 +8,7 @@ A generated block sits between two markers; everything between them is rewritten
 <!-- end generated -->
 ```
 
-The kind is ``quality``, ``system``, ``secagg``, ``mined`` or ``kfp`` (the ``*_markdown``
+The kind is ``quality``, ``system``, ``secagg``, ``mined``, ``kfp`` or ``dpsgd`` (the ``*_markdown``
 renderers of :mod:`fedtune.benchmarks.report`). The commit is the JSON's ``commit``
 (written by ``fedtune bench``); JSONs measured before it was recorded name it in the marker
 (``commit=bf2d809``). Prose and numbers cannot drift apart: a test regenerates the page and
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fedtune.benchmarks.report import (
+    dpsgd_markdown,
     kfp_local_markdown,
     mined_markdown,
     quality_markdown,
@@ -49,6 +50,7 @@ _RENDER: Final[dict[str, Callable[[Mapping[str, Any]], str]]] = {
     "secagg": secagg_markdown,
     "mined": mined_markdown,
     "kfp": kfp_local_markdown,
+    "dpsgd": dpsgd_markdown,
 }
 
 

@@ -569,6 +569,27 @@ def secagg_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(secagg_lines(results["secagg"]))
 
 
+def dpsgd_markdown(results: Mapping[str, Any]) -> str:
+    """A tenant's client step with and without its DP-SGD (``fedtune.benchmarks.dp_sgd``)."""
+    dp = results["dp_sgd"]
+    best = results["best_step_seconds"]
+    lines = [
+        f"**Client step with and without DP-SGD** ({results['job']}, tenant {results['tenant']}: "
+        f"{results['examples']} training examples, {results['local_steps']} local steps, batch "
+        f"{results['batch_size']} (expected Poisson batch under DP-SGD), noise multiplier "
+        f"{dp['noise_multiplier']:g}, max_grad_norm {dp['max_grad_norm']:g}; {results['reps']} "
+        f"alternating pairs, {results['torch_threads']} torch thread):",
+        "",
+        "| | plain | DP-SGD | DP-SGD / plain (median of pairs) |",
+        "|---|---:|---:|---:|",
+        f"| whole client step (best) | {best['plain']:.2f} s | {best['dp-sgd']:.2f} s | "
+        f"{results['ratio_median']:.2f} x |",
+        f"| training loop only (best) | {min(results['train_seconds']['plain']):.2f} s | "
+        f"{min(results['train_seconds']['dp-sgd']):.2f} s | {results['train_ratio_median']:.2f} x |",
+    ]
+    return "\n".join(lines)
+
+
 def record(results: Mapping[str, Any], path: Path) -> list[Path]:
     """Write ``results`` to ``path`` (a ``docs/results/*.json``) and regenerate the blocks of
     the docs folder's Markdown files generated from it (:mod:`fedtune.benchmarks.docs`);

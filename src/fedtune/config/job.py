@@ -8,6 +8,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
 from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
+from fedtune.config.dp_sgd import DpSgdConfig, dp_sgd_problem
 from fedtune.config.privacy import DifferentialPrivacyConfig
 from fedtune.config.base import Dns1123Label, StoreUri, StrictModel
 
@@ -231,6 +232,12 @@ class TenantConfig(StrictModel):
         None,
         description="The tenant's own MLflow (fedmkt): with it, the tenant registers the small "
         "model it exports; without it (default), the export is files in its store only.",
+    )
+    dp_sgd: DpSgdConfig | None = Field(
+        None,
+        description="Example-level DP-SGD in this tenant's client step (off when absent): "
+        "`{noise_multiplier: 1.0, max_grad_norm: 1.0}`; a `dp-sgd.json` in the tenant's own "
+        "store overrides it. See fedtune.config.dp_sgd.",
     )
 
     @model_validator(mode="after")
@@ -614,6 +621,9 @@ class JobConfig(StrictModel):
                 "engine's workers on the CPU; set worker_devices to auto (or a list of GPUs), "
                 "or training.device to auto or cpu"
             )
+        with_dp_sgd = [t.name for t in self.tenants if t.dp_sgd is not None]
+        if with_dp_sgd and (problem := dp_sgd_problem(self.algorithm.name)):
+            raise ValueError(f"tenants {with_dp_sgd}: {problem}")
         if self.differential_privacy is not None:
             problems = self.differential_privacy.job_problems(
                 self.algorithm.name,

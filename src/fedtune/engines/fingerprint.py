@@ -43,6 +43,10 @@ def _base_dump(job: JobConfig) -> dict[str, Any]:
     for tenant in dump["tenants"]:
         if tenant.get("identity_key") is None:  # unset: as before the field existed
             tenant.pop("identity_key", None)
+        if tenant.get("dp_sgd") is None:  # unset: as before the field existed
+            tenant.pop("dp_sgd", None)
+        else:  # the tenant's budget decides whether it trains, not what a step computes
+            tenant["dp_sgd"].pop("target_epsilon")
     if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
         dump["limits"].pop("max_update_norm", None)
     return dump

@@ -290,7 +290,11 @@ def train_client(env: TenantEnv, round_index: int) -> Update:
     client_state = (
         ClientState.load(own, layout.client_state_key(previous)) if previous is not None else None
     )
-    update, new_state = env.algorithm.client_step(env.ctx, broadcast, env.data(), client_state)
+    from fedtune.engines import dp_sgd_steps  # the tenant's own example-level DP-SGD, if any
+
+    with dp_sgd_steps.example_privacy(env, round_index) as private:
+        update, new_state = env.algorithm.client_step(env.ctx, broadcast, env.data(), client_state)
+    update = dp_sgd_steps.finish(env, round_index, private, update)
     # Kept state is versioned by round, so re-running a round after a crash reads the same
     # input state and rewrites the same output: the step stays idempotent.
     if new_state is not None:

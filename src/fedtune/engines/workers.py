@@ -395,6 +395,8 @@ def _split_steps(job: JobConfig) -> int | None:
 
     if job.secure_aggregation.enabled or job.training.local_steps is None:
         return None
+    if any(t.dp_sgd is not None for t in job.tenants):  # DP-SGD's batches and noise run whole
+        return None
     if not get_algorithm(job.algorithm.name).splittable_client_step:
         return None
     return job.training.local_steps

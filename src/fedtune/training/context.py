@@ -180,6 +180,26 @@ def _arch_of(model: torch.nn.Module) -> str:
     return "gpt2" if getattr(model.config, "model_type", "") == "gpt2" else "llama"
 
 
+@dataclass(frozen=True)
+class ExampleBatches:
+    """``steps`` seeded batches of ``batch_size`` drawn epoch by epoch from ``encoded`` (iterate
+    for them). The examples stay reachable: a tenant's DP-SGD draws Poisson batches from them
+    instead (:mod:`fedtune.training.dp_sgd`)."""
+
+    encoded: Sequence[dict[str, list[int]]]
+    steps: int
+    seed: int
+    batch_size: int
+    pad_id: int
+
+    def __iter__(self) -> Iterator[Batch]:
+        from fedtune.data.tokenize import collate
+        from fedtune.training.local import batch_indices
+
+        for idx in batch_indices(len(self.encoded), self.batch_size, self.steps, self.seed):
+            yield collate([self.encoded[i] for i in idx], self.pad_id)
+
+
 @dataclass
 class _Encoding:
     """Tokenization and batching shared by both contexts (needs ``tokenizer()``)."""
@@ -231,14 +251,9 @@ class _Encoding:
 
     def train_batches(
         self, encoded: Sequence[dict[str, list[int]]], steps: int, seed: int
-    ) -> Iterator[Batch]:
+    ) -> ExampleBatches:
         """``steps`` seeded batches drawn epoch by epoch from ``encoded``."""
-        from fedtune.data.tokenize import collate
-        from fedtune.training.local import batch_indices
-
-        pad_id = self.tokenizer().pad_token_id
-        for idx in batch_indices(len(encoded), self.training.batch_size, steps, seed):
-            yield collate([encoded[i] for i in idx], pad_id)
+        return ExampleBatches(encoded, steps, seed, self.training.batch_size, self.tokenizer().pad_token_id)
 
     def eval_batches(self, encoded: Sequence[dict[str, list[int]]]) -> Iterator[Batch]:
         """Every held-out example once, in order."""

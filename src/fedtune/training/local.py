@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -133,7 +133,7 @@ def make_optimizer(
 def train_local(
     model: nn.Module,
     params: dict[str, nn.Parameter],
-    batches: Iterator[Batch],
+    batches: Iterable[Batch],
     config: TrainingConfig,
     *,
     seed: int,
@@ -154,6 +154,11 @@ def train_local(
         grad_correction: tensors added to each named gradient after backward.
         progress: called with (step, loss) after every step.
     """
+    from fedtune.training import dp_sgd  # the one hook: a tenant's own DP-SGD replaces the loop
+
+    if (private := dp_sgd.active()) is not None:
+        return private.train(model, params, batches, config, seed=seed, regularizer=regularizer,
+                             grad_correction=grad_correction, progress=progress)
     torch.manual_seed(seed)
     runtime = Runtime.of(config)
     runtime.master(params)  # trained weights are fp32 whatever the model's dtype
