@@ -18,8 +18,9 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, privacy_steps, steps
 from fedtune.entrypoints import common
+from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -27,24 +28,29 @@ log = logging.getLogger(__name__)
 def run(job: JobConfig, round_index: int) -> dict[str, Any]:
     """Write round ``round_index``'s broadcast (skipped when stored); return its marker."""
     started_at = time.time()
-    result = steps.configure_step(steps.ProviderEnv.create(job), round_index)
+    env = steps.ProviderEnv.create(job)
+    dp = job.differential_privacy is not None and not _stored(env.store(), round_index)
+    if dp:  # as the local engine: stop before a round that would exceed the budget
+        privacy_steps.check_budget(env, round_index)
+    result = steps.configure_step(env, round_index)
+    sampled = steps.sample_clients(job, round_index)
+    if dp:  # the round's clip norm and noise share, to each sampled tenant
+        privacy_steps.publish_plan(env, round_index, sampled)
     # started_at lets the aggregate step report the round's wall time across pods.
-    return {
-        "round": round_index,
-        "started_at": started_at,
-        "configure": result,
-        "sampled": steps.sample_clients(job, round_index),
-    }
+    return {"round": round_index, "started_at": started_at, "configure": result, "sampled": sampled}
+
+
+def _stored(store: Store, round_index: int) -> bool:
+    return store.exists(layout.summary_key(round_index)) and ServerState.stored(
+        store, layout.state_key(round_index)
+    )
 
 
 def next_round(job: JobConfig, slot: int) -> int:
     """The first round not completed in the provider store (``slot`` when all are)."""
     store = steps.ProviderEnv.create(job).store()
     for round_index in range(1, job.rounds + 1):
-        stored = store.exists(layout.summary_key(round_index)) and ServerState.stored(
-            store, layout.state_key(round_index)
-        )
-        if not stored:
+        if not _stored(store, round_index):
             return round_index
     return min(int(slot), job.rounds)
 
