@@ -286,3 +286,27 @@ def test_a_secure_round_runs_every_tenant_step_in_tenant_pods_and_equals_the_loc
         assert torch.equal(got[key], expected[key]), key
     upload = Update.load(layout.JobStores(job).exchange("tenant-a"), layout.update_key(1))
     assert list(upload.tensors) == ["secagg/masked"]
+
+
+def test_each_secure_or_private_step_is_given_exactly_its_messages(tmp_path: Path) -> None:
+    dp = {"noise_multiplier": 1.0, "clipping": {"norm": 0.5}, "placement": "distributed"}
+    job = two_tenant_job(
+        tmp_path, algorithm={"name": "fedavg", "aggregation_weights": "uniform"},
+        secure_aggregation={"enabled": True}, differential_privacy=dp,
+    )
+    objects = {k: tenant_io.step_objects(k, job, 3, "tenant-a") for k in
+               ("secagg-advertise", "secagg-share", "client", "secagg-unmask")}
+    r = "round-000003"
+    assert objects["secagg-advertise"] == ([], [f"{r}/secagg/advert.json"])
+    assert objects["secagg-share"] == ([f"{r}/secagg/roster.json"], [f"{r}/secagg/dealt.json"])
+    assert objects["secagg-unmask"] == (
+        [f"{r}/secagg/unmask-request.json", f"{r}/secagg/roster.json"], [f"{r}/secagg/unmask.json"]
+    )
+    gets, puts = objects["client"]
+    assert set(gets) == {
+        f"{r}/broadcast.safetensors", f"{r}/broadcast.json", f"{r}/secagg/roster.json",
+        f"{r}/secagg/inbox.json", f"{r}/privacy.json",
+    }
+    assert puts == [f"{r}/update.safetensors", f"{r}/update.json"]
+    plain = tenant_io.step_objects("client", two_tenant_job(tmp_path / "p"), 3, "tenant-a")
+    assert plain == ([f"{r}/broadcast.safetensors", f"{r}/broadcast.json"], puts)
