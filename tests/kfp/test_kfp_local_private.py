@@ -2,7 +2,7 @@
 local engine: same model (bitwise under secure aggregation), same privacy accounting, same stop.
 
 Three tenants, a 2-layer model: a secure round is 5 + 4 x 3 tasks, each a fresh Python
-process, so these are slow tests (14 and about 20 minutes on a loaded 2-core machine).
+process, so these are slow tests (3 to 14 minutes each on a shared 2-core machine).
 """
 
 from __future__ import annotations
