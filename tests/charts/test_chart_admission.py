@@ -23,7 +23,7 @@ from admission_cel import CppPolicy, Policy, PythonPolicy
 from chart_helpers import KUBE_VERSION, NAMESPACE, VALUES_DIR, Rendered, Renderer, load_yaml
 
 from fedtune.config import parse_job
-from fedtune.engines.launcher_manifest import build_job_manifest, load_deployment
+from fedtune.engines.launcher_manifest import STEP_MODULES, build_job_manifest, load_deployment
 from fedtune.entrypoints.tenant_io import StepKind
 from tests.kfp.conftest import cluster_job_dict
 
@@ -115,7 +115,7 @@ def test_one_policy_and_binding_per_tenant_scoped_to_its_namespace(rendered: Ren
     assert scoped == {t: {"kubernetes.io/metadata.name": ns} for t, ns in NAMESPACES.items()}
 
 
-@pytest.mark.parametrize("kind", ["client", "evaluate", "audit"])
+@pytest.mark.parametrize("kind", sorted(STEP_MODULES))
 @pytest.mark.parametrize("tenant", sorted(NAMESPACES))
 def test_each_tenants_policy_admits_the_launchers_real_manifest(
     policies: dict[str, Policy], tenants_file: Path, tenant: str, kind: StepKind

@@ -128,6 +128,9 @@ def test_images_name_the_pipeline_entrypoints() -> None:
             "close_rounds",
             "evaluate",
             "export_and_register",
+            "secagg_advertise",
+            "secagg_share",
+            "secagg_unmask",
         )
     }
     for dockerfile in DOCKERFILES:

@@ -244,21 +244,19 @@ def test_eval_humaneval_unknown_task(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "HumanEval/9999" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["run", "{job}", "--engine", "kfp-local", "--no-progress"], ["compile", "{job}", "--out", "{out}"]],
-    ids=["kfp-local", "compile"],
-)
-def test_pipelines_refuse_secure_aggregation_for_now(
-    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_compile_picks_the_secure_aggregation_variant_for_a_job_that_enables_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = tiny_job_dict(tmp_path / "w", rounds=1, secure_aggregation={"enabled": True})
-    path = write_job(tmp_path / "job.yaml", job)
-    code = main([a.format(job=path, out=tmp_path / "p.yaml") for a in argv])
-    err = capsys.readouterr().err.replace("\n", " ")
-    assert code == 2
-    assert "supported by the local engine only for now" in err and "--engine local" in err
-    assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "w").exists()
+    import yaml
+
+    from tests.kfp.conftest import cluster_job_dict
+
+    path = write_job(tmp_path / "job.yaml", cluster_job_dict(secure_aggregation={"enabled": True}))
+    assert main(["compile", str(path), "--out", str(tmp_path / "p.yaml")]) == 0
+    assert "fedtune-fedit-secure pipeline" in capsys.readouterr().out.replace("\n", " ")
+    spec = next(yaml.safe_load_all((tmp_path / "p.yaml").read_text()))
+    assert spec["pipelineInfo"]["name"] == "fedtune-fedit-secure"
+    assert "comp-secure-aggregate" in spec["components"]
 
 
 def test_identity_creates_a_tenant_key_once_and_prints_it(

@@ -71,6 +71,7 @@ def initialised(tmp_path: Path, job: JobConfig, rounds_configured: int = 0) -> P
         family_of(job.algorithm.name),
         str(job_path),
         str(tmp_path / "artifacts" / "state-0"),
+        job.secure_aggregation.enabled,  # the pipeline variant that runs the job
     )
     for round_index in range(1, rounds_configured + 1):
         configure_round.component(

@@ -35,10 +35,9 @@ def test_committed_compiled_files_are_up_to_date() -> None:
 
 
 def test_one_committed_pipeline_per_family_and_nine_components() -> None:
-    assert [p.stem for p in COMMITTED] == sorted(
-        p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml")
-    )
-    assert [p.stem for p in COMMITTED] == sorted(FAMILIES)
+    stems = sorted(p.stem for p in COMMITTED)
+    assert stems == sorted(p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml"))
+    assert stems == sorted([*FAMILIES, "fedit-secure"])  # and FedIT's secure-aggregation variant
     assert len(COMPONENT_SPECS) == 9
 
 
@@ -343,3 +342,73 @@ def test_the_audit_runs_after_export_under_runtime_conditions(tmp_path: Path) ->
         "fedtune-tenants"
     ]
     assert "configMapAsVolume" not in executors["exec-record-audit"]
+
+
+SECURE_JOB = {"secure_aggregation": {"enabled": True}}
+SECURE_TENANT_TASKS = {"secagg-tenant", "secagg-tenant-2", "secagg-tenant-3", "client-step"}
+
+
+def test_a_secure_job_compiles_the_secure_variant_the_same_for_2_and_200_rounds(
+    tmp_path: Path,
+) -> None:
+    docs = []
+    for rounds, tenants in ((2, "ab"), (200, "abc")):
+        job = parse_job(
+            cluster_job_dict(
+                rounds=rounds,
+                secure_aggregation={"enabled": True, "threshold": 2},
+                tenants=[
+                    {"name": f"t-{x}", "data_uri": f"s3://d/{x}.jsonl", "store_uri": f"s3://d/{x}"}
+                    for x in tenants
+                ],
+            )
+        )
+        path, family = compile_job(job, tmp_path / f"{rounds}.yaml")
+        spec = list(yaml.safe_load_all(path.read_text()))
+        spec[0]["root"]["inputDefinitions"]["parameters"]["job_config"].pop("defaultValue")
+        docs.append(spec)
+    assert docs[0] == docs[1]
+    assert docs[0][0]["pipelineInfo"]["name"] == "fedtune-fedit-secure"
+    plain = yaml.safe_load(compile_pipeline("fedit", tmp_path / "plain.yaml", None).read_text())
+    assert plain["pipelineInfo"]["name"] == "fedtune-fedit" and "comp-secure-aggregate" not in plain["components"]
+
+
+def test_the_secure_round_runs_every_phase_uncached_and_tenant_phases_through_the_launcher(
+    tmp_path: Path,
+) -> None:
+    out = compiled(tmp_path, ClusterSettings(store_secret="s3-creds"), **SECURE_JOB)
+    spec = out["spec"]
+    tasks = all_tasks(spec)
+    executed = {
+        n: t for n, t in tasks if spec["components"][t["componentRef"]["name"]].get("executorLabel")
+    }
+    assert set(executed) >= {
+        "configure-round", "secagg-tenant", "secagg-provider", "secagg-tenant-2",
+        "secagg-provider-2", "client-step", "secagg-provider-3", "secagg-tenant-3",
+        "secure-aggregate",
+    }
+    assert "aggregate" not in executed  # the plain aggregation is not in the secure variant
+    phases = {
+        t["inputs"]["parameters"][key]["runtimeValue"]["constant"]
+        for _, t in executed.items()
+        for key in ("phase", "step")
+        if key in t.get("inputs", {}).get("parameters", {})
+    }
+    assert phases == {
+        "secagg-advertise", "secagg-share", "secagg-unmask",
+        "route-keys", "route-shares", "request-unmask",
+    }
+    for name, task in tasks:
+        caching = task.get("cachingOptions")
+        if not name.startswith(("for-loop", "condition")):
+            assert caching is not None and not caching.get("enableCache"), name
+    executors = out["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name, task in executed.items():
+        retries = task.get("retryPolicy", {}).get("maxRetryCount", 0)
+        launcher = name in SECURE_TENANT_TASKS or name in ("evaluate", "audit")
+        assert retries == (2 if launcher else 0), name
+        mounts = executors[f"exec-{name}"].get("configMapAsVolume", [])
+        assert [m["configMapName"] for m in mounts] == (["fedtune-tenants"] if launcher else []), name
+    # Each tenant fan-out is a runtime loop over the tenants still in the round.
+    for provider in ("configure-round", "secagg-provider", "secagg-provider-2", "secagg-provider-3"):
+        assert "iteratorPolicy" not in loop_over(spec, f"{provider}-Output")

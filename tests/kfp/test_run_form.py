@@ -50,27 +50,29 @@ def test_no_job_and_a_job_of_another_family_are_refused(tmp_path: Path) -> None:
         resolve_job(form_for(two_tenant_dict(tmp_path), resume_run_id="../other"), "fedit")
 
 
-@pytest.mark.parametrize(
-    ("option", "message"),
-    [
-        ({"secure_aggregation": {"enabled": True}}, "supported by the local engine only"),
-        (
-            {
-                "algorithm": {"name": "fedavg", "aggregation_weights": "uniform"},
-                "differential_privacy": {"noise_multiplier": 1.0, "clipping": {"norm": 0.5}},
-            },
-            "differential_privacy, which the compiled pipelines",
-        ),
-    ],
-    ids=["secure-aggregation", "differential-privacy"],
-)
-def test_a_run_form_job_with_a_local_only_option_is_refused(
-    tmp_path: Path, option: dict, message: str  # type: ignore[type-arg]
+SECURE = {"secure_aggregation": {"enabled": True}}
+DP = {
+    "algorithm": {"name": "fedavg", "aggregation_weights": "uniform"},
+    "differential_privacy": {"noise_multiplier": 1.0, "clipping": {"norm": 0.5}},
+}
+
+
+def test_each_pipeline_variant_takes_its_jobs_and_names_the_other_for_the_rest(
+    tmp_path: Path,
 ) -> None:
-    # The UI's job_config bypasses `fedtune compile`'s refusal: the run itself must refuse.
-    with pytest.raises(ConfigError, match=message) as info:
-        resolve_job(form_for({**two_tenant_dict(tmp_path), **option}, kfp_run_id="r"), "fedit")
-    assert "--engine local" in info.value.fix
+    """The UI's job_config is read only when the run starts: a job given to the wrong variant
+    is refused there, naming the pipeline that runs it."""
+    secure = {**two_tenant_dict(tmp_path), **SECURE}
+    assert resolve_job(form_for(secure, kfp_run_id="r"), "fedit", secure=True).secure_aggregation.enabled
+    with pytest.raises(ConfigError, match="sets secure_aggregation.enabled: true, but the 'fedtune-fedit' pipeline") as info:
+        resolve_job(form_for(secure, kfp_run_id="r"), "fedit")
+    assert "'fedtune-fedit-secure' pipeline" in info.value.fix
+    with pytest.raises(ConfigError, match="does not enable secure_aggregation, but the 'fedtune-fedit-secure'") as info:
+        resolve_job(form_for(two_tenant_dict(tmp_path), kfp_run_id="r"), "fedit", secure=True)
+    assert "'fedtune-fedit' pipeline" in info.value.fix
+    # Central DP needs no extra steps: the plain pipeline runs it.
+    dp = resolve_job(form_for({**two_tenant_dict(tmp_path), **DP}, kfp_run_id="r"), "fedit")
+    assert dp.differential_privacy is not None
 
 
 @pytest.fixture

@@ -231,3 +231,82 @@ def test_a_broadcast_the_provider_has_not_written_is_a_clear_store_error(
         tenant_io.run_presigned(s3_job, "client", 2, "tenant-a", urls)
     assert "HTTP 404" in str(info.value) and "has not written" in info.value.fix
     assert "X-Amz-Signature" not in str(info.value)  # the capability is never echoed
+
+
+def test_a_secure_round_runs_every_tenant_step_in_tenant_pods_and_equals_the_local_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    """Advertise, share, masked client step and unmask each run as a launched pod that reaches
+    the exchange only through pre-signed URLs for its own messages; the unmasked state is the
+    local engine's, bit for bit."""
+    from fedtune.core.messages import ServerState
+    from fedtune.engines import secagg_provider
+    from fedtune.engines.local import RunOptions, run_job
+    from fedtune.engines.workers import Outcome
+    from fedtune.tracking.base import NullTracker
+
+    secure = {"secure_aggregation": {"enabled": True, "threshold": 2}}
+    reference = two_tenant_job(tmp_path / "reference", **secure)
+    run_job(reference, NullTracker(), RunOptions(progress=False))
+
+    use_fake_aws_env(monkeypatch, moto_endpoint)
+    bucket = create_bucket(moto_endpoint)
+    job = two_tenant_job(
+        tmp_path / "provider", exchange_uri=f"s3://{bucket}/runs",
+        provider_store_uri=f"s3://{bucket}/provider", **secure,
+    )
+    env = steps.ProviderEnv.create(job)
+    steps.init_step(env)
+    steps.configure_step(env, 1)
+    pods = PodRunner(monkeypatch)
+    kinds: list[str] = []
+
+    class Launched:
+        def run(self, tasks: list[Any], done: Any) -> dict[str, Outcome]:
+            out = {}
+            for task in tasks:
+                kinds.append(task.kind)
+                result = run_tenant_step(
+                    job, task.kind, task.round_index, task.tenant, run_key="run-1",
+                    api=launched(pods), tenants_file=tenants_file(tmp_path), force_cluster=True,
+                    clock=FakeClock(),
+                )
+                out[task.tenant] = Outcome(task, result)
+                done(out[task.tenant])
+            return out
+
+    clients, aggregate = secagg_provider.run_round(env, Launched(), 1, ["tenant-a", "tenant-b"], lambda _: None)
+    assert pods.exit_codes == [0] * 8 and pods.saw_provider_env == []
+    assert kinds == [k for k in ("secagg-advertise", "secagg-share", "client", "secagg-unmask") for _ in "ab"]
+    assert aggregate["accepted"] == ["tenant-a", "tenant-b"] and aggregate["metrics"]["secagg/protocol_bytes"] > 0
+    got = ServerState.load(env.store(), layout.state_key(1)).tensors
+    expected = ServerState.load(layout.JobStores(reference).provider(), layout.state_key(1)).tensors
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+    upload = Update.load(layout.JobStores(job).exchange("tenant-a"), layout.update_key(1))
+    assert list(upload.tensors) == ["secagg/masked"]
+
+
+def test_each_secure_or_private_step_is_given_exactly_its_messages(tmp_path: Path) -> None:
+    dp = {"noise_multiplier": 1.0, "clipping": {"norm": 0.5}, "placement": "distributed"}
+    job = two_tenant_job(
+        tmp_path, algorithm={"name": "fedavg", "aggregation_weights": "uniform"},
+        secure_aggregation={"enabled": True}, differential_privacy=dp,
+    )
+    objects = {k: tenant_io.step_objects(k, job, 3, "tenant-a") for k in
+               ("secagg-advertise", "secagg-share", "client", "secagg-unmask")}
+    r = "round-000003"
+    assert objects["secagg-advertise"] == ([], [f"{r}/secagg/advert.json"])
+    assert objects["secagg-share"] == ([f"{r}/secagg/roster.json"], [f"{r}/secagg/dealt.json"])
+    assert objects["secagg-unmask"] == (
+        [f"{r}/secagg/unmask-request.json", f"{r}/secagg/roster.json"], [f"{r}/secagg/unmask.json"]
+    )
+    gets, puts = objects["client"]
+    assert set(gets) == {
+        f"{r}/broadcast.safetensors", f"{r}/broadcast.json", f"{r}/secagg/roster.json",
+        f"{r}/secagg/inbox.json", f"{r}/privacy.json",
+    }
+    assert puts == [f"{r}/update.safetensors", f"{r}/update.json"]
+    plain = tenant_io.step_objects("client", two_tenant_job(tmp_path / "p"), 3, "tenant-a")
+    assert plain == ([f"{r}/broadcast.safetensors", f"{r}/broadcast.json"], puts)

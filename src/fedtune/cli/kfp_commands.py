@@ -93,11 +93,12 @@ def compile_to(args: argparse.Namespace, output: Path) -> JobConfig:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from fedtune.pipelines.run_form import family_of
+    from fedtune.pipelines.run_form import family_of, pipeline_name
 
     job = compile_to(args, Path(args.output))
+    name = pipeline_name(family_of(job.algorithm.name), job.secure_aggregation.enabled)
     out.print(
-        f"[green]ok[/] {args.output}: the {family_of(job.algorithm.name)} pipeline (any rounds "
+        f"[green]ok[/] {args.output}: the {name} pipeline (any rounds "
         f"and tenants), job {job.name} as its default; upload it in the KFP UI or run "
         "`fedtune submit`"
     )

@@ -114,19 +114,21 @@ def run_job(
     from fedtune.pipelines.builder import compile_pipeline
     from fedtune.pipelines.run_form import JOB_SCOPE, family_of
 
-    from fedtune.engines import privacy_steps, secagg_steps
+    from fedtune.engines import privacy_steps
 
     resolve_device(job.training)  # before anything is stored
-    secagg_steps.refuse_pipeline(job)
-    privacy_steps.refuse_pipeline(job)
     options = options or RunOptions()
     env = steps.ProviderEnv.create(job)
     store = env.store()
     _prepare(env, options)
     preflight(steps.TenantEnvs(job))
+    given = job  # as given: server-init plans the privacy budget itself, as here
+    privacy_note: dict[str, Any] = {}
+    if job.differential_privacy is not None:  # the rounds server-init will let run
+        job, privacy_note = privacy_steps.plan_rounds(job, store)
     last = min(job.rounds, options.until_round or job.rounds)
     arguments = {
-        "job_config": json.dumps(job.model_dump(mode="json"), sort_keys=True),
+        "job_config": json.dumps(given.model_dump(mode="json"), sort_keys=True),
         "resume_run_id": JOB_SCOPE,
         "stop_after_round": last if last < job.rounds else 0,
     }
@@ -135,7 +137,11 @@ def run_job(
         if pipeline_file is None:
             family = family_of(job.algorithm.name)
             pipeline_file = compile_pipeline(
-                family, Path(tmp) / "pipeline.yaml", None, provider=job.provider
+                family,
+                Path(tmp) / "pipeline.yaml",
+                None,
+                provider=job.provider,
+                secure=job.secure_aggregation.enabled,
             )
         _execute(pipeline_file, env.stores.workdir / "kfp-local" / job.name, arguments)
     records = [
@@ -157,4 +163,6 @@ def run_job(
 
     # As the local engine's summary: this (orchestrating) process's peak; tasks run apart.
     summary["engine_peak_rss_mib"] = peak_memory("cpu")["peak_rss_mib"]
+    if job.differential_privacy is not None:  # as the local engine's summary
+        summary["privacy"] = privacy_steps.summary(job, store, privacy_note)
     return summary

@@ -36,7 +36,7 @@ from fedtune.engines.launcher_manifest import (
     load_settings,
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
-from fedtune.entrypoints.tenant_io import StepKind, presign, step_objects
+from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
 from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -355,13 +355,13 @@ def run_tenant_step(
 
     Returns the step's result: for ``client`` the shape of
     :func:`fedtune.engines.steps.client_step`, for ``evaluate`` ``{"metrics": {...}}``, for
-    ``audit`` ``{"scores": {...}}``. ``settings`` defaults to the Job limits of the tenants
+    ``audit`` ``{"scores": {...}}``, for a secure-aggregation step the bytes it wrote. ``settings`` defaults to the Job limits of the tenants
     file (the chart's ``tenantDefaults.job``).
     """
     config = next((t for t in job.tenants if t.name == tenant), None)
     if config is None:
         raise ConfigError(f"no tenant named {tenant!r} in job {job.name!r}")
-    if kind != "client":
+    if kind in _FINAL_RESULTS:
         # The provider's half of evaluation and audit: what tenants may see of the final model.
         steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
     if not (force_cluster or in_cluster()):
@@ -373,10 +373,13 @@ def run_tenant_step(
     final_key = _FINAL_RESULTS.get(kind)
     if final_key is not None and store.exists(final_key[0](job.rounds)):
         return {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True}
+    written = _secagg_written(kind, round_index)
+    if written is not None and store.exists(written):
+        return {"skipped": True, "bytes": len(store.get_bytes(written))}
     deployment = load_deployment(config, tenants_file)
     settings = settings or load_settings(tenants_file)  # the chart's tenantDefaults.job
     urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
-    step_round = round_index if kind == "client" else job.rounds
+    step_round = job.rounds if kind in _FINAL_RESULTS else round_index
     manifest = build_job_manifest(
         job, tenant, kind, step_round, deployment, urls, run_key=run_key, settings=settings
     )
@@ -384,12 +387,26 @@ def run_tenant_step(
     where = {"seconds": outcome.seconds, "k8s_job": f"{outcome.namespace}/{outcome.name}"}
     if final_key is not None:
         return {final_key[1]: store.get_json(final_key[0](job.rounds)), **where}
+    if written is not None:
+        if not store.exists(written):
+            raise FedtuneError(
+                f"Job {where['k8s_job']} succeeded but tenant {tenant!r} stored no {written}",
+                fix="Check the tenant pod's log for failed uploads (expired URLs?).",
+            )
+        return {"bytes": len(store.get_bytes(written)), **where}
     if not Update.stored(store, update):
         raise FedtuneError(
             f"Job {where['k8s_job']} succeeded but no update of tenant {tenant!r} is stored",
             fix="Check the tenant pod's log for failed uploads (expired URLs?).",
         )
     return _update_result(store, update, where)
+
+
+def _secagg_written(kind: StepKind, round_index: int) -> str | None:
+    """The message a secure-aggregation tenant step writes (None for the other steps)."""
+    if kind not in SECAGG_OBJECTS:
+        return None
+    return layout.secagg_key(round_index, SECAGG_OBJECTS[kind][1])
 
 
 def _run_in_process(job: JobConfig, kind: StepKind, round_index: int, tenant: str) -> dict[str, Any]:

@@ -31,6 +31,9 @@ STEP_MODULES: dict[str, str] = {
     "client": "fedtune.entrypoints.client_step",
     "evaluate": "fedtune.entrypoints.evaluate",
     "audit": "fedtune.entrypoints.audit",
+    "secagg-advertise": "fedtune.entrypoints.secagg_advertise",
+    "secagg-share": "fedtune.entrypoints.secagg_share",
+    "secagg-unmask": "fedtune.entrypoints.secagg_unmask",
 }
 RUN_AS = 10001  # the images' non-root user; tenant namespaces enforce the restricted profile
 _TENANTS_FIX = (
@@ -240,7 +243,12 @@ def job_name(
     """
     digest = hashlib.sha256(f"{job}/{kind}/{round_index}/{tenant}/{run_key}".encode())
     step_id = digest.hexdigest()[:10]
-    return f"{job[:20]}-{kind[0]}{round_index}-{tenant[:20]}-{step_id}", step_id
+    letter = _KIND_LETTERS.get(kind, kind[0])
+    return f"{job[:20]}-{letter}{round_index}-{tenant[:20]}-{step_id}", step_id
+
+
+# One letter per step in Job names; the secure-aggregation steps would all be "s".
+_KIND_LETTERS = {"secagg-advertise": "k", "secagg-share": "s", "secagg-unmask": "u"}
 
 
 def build_job_manifest(

@@ -89,6 +89,12 @@ def secagg_key(round_index: int, name: str) -> str:
     return f"{round_tag(round_index)}/secagg/{name}.json"
 
 
+def privacy_plan_key(round_index: int) -> str:
+    """The round's differential-privacy plan (clip norm, noise share), inside a tenant's
+    exchange prefix."""
+    return f"{round_tag(round_index)}/privacy.json"
+
+
 def secagg_secrets_key(round_index: int) -> str:
     """A tenant's secure-aggregation keys, seed and held shares (in its own store)."""
     return f"secagg/{round_tag(round_index)}.json"

@@ -13,7 +13,8 @@ Per round, beside the usual steps:
 
 Before a run, :func:`plan_rounds` shortens it to the rounds that fit ``target_epsilon``; before
 each round :func:`check_budget` stops a run whose rounds lost noise (distributed shares of
-tenants that dropped out). Only the local engine wires these steps in; the pipelines refuse.
+tenants that dropped out). The local engine and the pipelines' server-init, configure-round
+and aggregate steps call the same functions.
 """
 
 from __future__ import annotations
@@ -39,24 +40,9 @@ DP_MEAN = "dp-mean"
 ACCOUNTANT = "RDP (dp-accounting)"
 
 
-def refuse_pipeline(job: JobConfig) -> None:
-    """Refuse a DP job where its steps are not wired in (kfp-local, compiled pipelines).
-
-    Raises:
-        ConfigError: ``differential_privacy`` is set.
-    """
-    if job.differential_privacy is not None:
-        raise ConfigError(
-            f"job {job.name!r} sets differential_privacy, which the compiled pipelines "
-            "(kfp-local and the cluster) do not run yet",
-            fix="Run it with the local engine (`fedtune run --engine local`), or remove "
-            "differential_privacy.",
-        )
-
-
 def plan_key(round_index: int) -> str:
     """The round's privacy plan, inside a tenant's exchange prefix."""
-    return f"{layout.round_tag(round_index)}/privacy.json"
+    return layout.privacy_plan_key(round_index)
 
 
 def sampling(job: JobConfig) -> Sampling:

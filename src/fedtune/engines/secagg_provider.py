@@ -213,7 +213,107 @@ def aggregate_step(
     }
 
 
-# -- one round in an engine that runs tenant tasks through a runner ---------------------------
+# -- one round, as every engine sequences it -----------------------------------------------
+SECURE_SEQUENCE: tuple[tuple[str, str], ...] = (
+    ("tenant", "secagg-advertise"),
+    ("provider", "route-keys"),
+    ("tenant", "secagg-share"),
+    ("provider", "route-shares"),
+    ("tenant", "client"),
+    ("provider", "request-unmask"),
+    ("tenant", "secagg-unmask"),
+)
+"""The round's steps in order, before the provider's aggregation; each tenant step runs for
+the tenants whose previous tenant step succeeded (:meth:`RoundLog.tenants`)."""
+
+PROVIDER_STEPS: dict[str, Callable[..., dict[str, Any]]] = {
+    "route-keys": route_keys_step,
+    "route-shares": route_shares_step,
+    "request-unmask": request_unmask_step,
+}
+
+
+class RoundLog:
+    """What a secure round's steps did so far: who failed where, the protocol's bytes and
+    seconds. The local engine fills it as its runner returns; a pipeline's aggregate step
+    replays the tasks' markers into it in :data:`SECURE_SEQUENCE` order, so both report alike."""
+
+    def __init__(self) -> None:
+        self.failed: dict[str, str] = {}
+        self.extra_bytes = 0
+        self.extra_seconds = 0.0
+        self.routed: dict[str, Any] = {}
+        self.clients: dict[str, dict[str, Any]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        """The log as JSON (a pipeline passes it from task to task)."""
+        return {
+            "failed": self.failed,
+            "extra_bytes": self.extra_bytes,
+            "extra_seconds": self.extra_seconds,
+            "routed": self.routed,
+            "clients": self.clients,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RoundLog:
+        """The log :meth:`to_json` wrote (an empty one from ``{}``)."""
+        log = cls()
+        log.failed = dict(data.get("failed") or {})
+        log.extra_bytes = int(data.get("extra_bytes", 0))
+        log.extra_seconds = float(data.get("extra_seconds", 0.0))
+        log.routed = dict(data.get("routed") or {})
+        log.clients = {n: dict(r) for n, r in (data.get("clients") or {}).items()}
+        return log
+
+    def tenants(self, kind: str, ok: dict[str, dict[str, Any]], failures: dict[str, str]) -> list[str]:
+        """Record a tenant step's outcomes; return who goes on to the next one (sorted)."""
+        self.failed.update({n: f"{kind}: {why}" for n, why in failures.items()})
+        if kind == "client":
+            self.clients = {n: dict(r) for n, r in ok.items()}
+        else:
+            self.extra_bytes += sum(int(r.get("bytes", 0)) for r in ok.values())
+            self.extra_seconds += sum(float(r.get("seconds", 0.0)) for r in ok.values())
+        return sorted(ok)
+
+    def provider(self, step: str, out: dict[str, Any]) -> None:
+        """Record a provider step's result (its ``missing`` tenants keep their first reason)."""
+        self.extra_bytes += int(out.get("bytes", 0))
+        self.extra_seconds += float(out.get("seconds", 0.0))
+        self.failed.update({n: r for n, r in out.get("missing", {}).items() if n not in self.failed})
+        if step == "route-keys":
+            self.routed = out
+
+    def run_provider(self, env: ProviderEnv, round_index: int, sampled: list[str], step: str) -> dict[str, Any]:
+        """Run one provider step of the round and record it."""
+        args = () if step == "request-unmask" else (dict(self.failed),)
+        out = PROVIDER_STEPS[step](env, round_index, sampled, *args)
+        self.provider(step, out)
+        return out
+
+    def finish(self, env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
+        """Unmask and fold the round; the aggregate's metrics carry the protocol's costs, and
+        tenants whose shares were set aside are named in their client results' notes
+        (:attr:`clients`)."""
+        clients = self.clients
+        aggregate = aggregate_step(env, round_index, sampled, extra=self.failed)
+        for name, lines in aggregate.get("secagg", {}).get("offenders", {}).items():
+            if name in clients:  # named in the round's summary, beside the tenant
+                meta = clients[name].setdefault("meta", {})
+                meta["notes"] = [*meta.get("notes", []), *(f"secure aggregation set aside: {x}" for x in lines)]
+        aggregate["metrics"] = {
+            **aggregate.get("metrics", {}),
+            "secagg/protocol_bytes": self.extra_bytes,
+            "secagg/protocol_seconds": self.extra_seconds,
+            "secagg/masked_update_bytes": sum(int(r.get("bytes", 0)) for r in clients.values()),
+            "secagg/plain_update_bytes": sum(int(r.get("raw_bytes") or 0) for r in clients.values()),
+            "secagg/mask_seconds": sum(float(r.get("mask_seconds", 0.0)) for r in clients.values()),
+            "secagg/unmask_seconds": float(aggregate.get("compute_seconds", 0.0)),
+            "secagg/unregistered_identities": len(self.routed.get("unregistered", [])),
+        }
+        return aggregate
+
+
 def run_round(
     env: ProviderEnv,
     runner: Any,
@@ -228,51 +328,15 @@ def run_round(
     """
     from fedtune.engines.workers import Task
 
-    failed: dict[str, str] = {}
-    extra_bytes = 0
-    extra_seconds = 0.0
-
-    def tenants(kind: str, names: list[str], callback: Callable[[Any], None]) -> dict[str, dict[str, Any]]:
-        nonlocal extra_bytes, extra_seconds
-        outcomes = runner.run([Task(kind, round_index, n) for n in names], callback)  # type: ignore[arg-type]
-        failed.update({n: f"{kind}: {o.failure}" for n, o in outcomes.items() if o.result is None})
+    log = RoundLog()
+    names = list(sampled)
+    for side, step in SECURE_SEQUENCE:
+        if side == "provider":
+            log.run_provider(env, round_index, sampled, step)
+            continue
+        callback: Callable[[Any], None] = done if step == "client" else (lambda _: None)
+        outcomes = runner.run([Task(step, round_index, n) for n in names], callback)
         ok = {n: dict(o.result) for n, o in outcomes.items() if o.result is not None}
-        if kind != "client":
-            extra_bytes += sum(int(r.get("bytes", 0)) for r in ok.values())
-            extra_seconds += sum(float(r.get("seconds", 0.0)) for r in ok.values())
-        return ok
-
-    def provider(step: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-        nonlocal extra_bytes, extra_seconds
-        out = step(env, round_index, sampled, *args)
-        extra_bytes += int(out.get("bytes", 0))
-        extra_seconds += float(out.get("seconds", 0.0))
-        failed.update({n: r for n, r in out.get("missing", {}).items() if n not in failed})
-        return out
-
-    quiet: Callable[[Any], None] = lambda _: None
-    advertised = tenants("secagg-advertise", sampled, quiet)
-    routed = provider(route_keys_step, failed)
-    shared = tenants("secagg-share", sorted(advertised), quiet)
-    provider(route_shares_step, failed)
-    clients = tenants("client", sorted(shared), done)
-    provider(request_unmask_step)
-    tenants("secagg-unmask", sorted(clients), quiet)
-    aggregate = aggregate_step(env, round_index, sampled, extra=failed)
-    for name, lines in aggregate.get("secagg", {}).get("offenders", {}).items():
-        if name in clients:  # named in the round's summary, beside the tenant
-            meta = clients[name].setdefault("meta", {})
-            meta["notes"] = [*meta.get("notes", []), *(f"secure aggregation set aside: {x}" for x in lines)]
-    masked_bytes = sum(int(r.get("bytes", 0)) for r in clients.values())
-    plain_bytes = sum(int(r.get("raw_bytes") or 0) for r in clients.values())
-    aggregate["metrics"] = {
-        **aggregate.get("metrics", {}),
-        "secagg/protocol_bytes": extra_bytes,
-        "secagg/protocol_seconds": extra_seconds,
-        "secagg/masked_update_bytes": masked_bytes,
-        "secagg/plain_update_bytes": plain_bytes,
-        "secagg/mask_seconds": sum(float(r.get("mask_seconds", 0.0)) for r in clients.values()),
-        "secagg/unmask_seconds": float(aggregate.get("compute_seconds", 0.0)),
-        "secagg/unregistered_identities": len(routed.get("unregistered", [])),
-    }
-    return clients, aggregate
+        names = log.tenants(step, ok, {n: str(o.failure) for n, o in outcomes.items() if o.result is None})
+    aggregate = log.finish(env, round_index, sampled)
+    return log.clients, aggregate

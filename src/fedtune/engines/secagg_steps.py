@@ -43,22 +43,6 @@ from fedtune.secagg import protocol as p
 MASKED = "secagg/masked"
 
 
-def refuse_pipeline(job: Any) -> None:
-    """Refuse a job with secure aggregation on where its steps are not wired in (pipelines).
-
-    Raises:
-        ConfigError: ``secure_aggregation.enabled`` for a compiled pipeline (kfp-local, cluster).
-    """
-    if job.secure_aggregation.enabled:
-        raise ConfigError(
-            f"job {job.name!r} sets secure_aggregation.enabled: true, which is supported by the "
-            "local engine only for now: the compiled pipelines (kfp-local and the cluster) do "
-            "not run its extra steps yet",
-            fix="Run it with the local engine (`fedtune run --engine local`), or set "
-            "secure_aggregation.enabled: false.",
-        )
-
-
 def context(job_name: str, round_index: int) -> str:
     """The string every key, share and signature of one round is bound to."""
     return f"fedtune-secagg|{job_name}|{layout.round_tag(round_index)}"

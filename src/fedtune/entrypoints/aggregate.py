@@ -50,21 +50,43 @@ def run(
     client_markers: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Aggregate round ``round_index`` and store its record; return the state marker."""
+    stored = stored_round(job, round_index)
+    if stored is not None:
+        return stored
     env = steps.ProviderEnv.create(job)
-    store = env.store()
     sampled = steps.sample_clients(job, round_index)
-    summary_key = layout.summary_key(round_index)
-    if retention.round_recorded(store, round_index):
-        record = RoundRecord.from_json(store.get_json(summary_key))  # completed by an earlier run
-        return {"round": round_index, "skipped": True, "metrics": record.metrics()}
     clients, failed = _split(client_markers, round_index, sampled)
     aggregate = ranks.provider_step(env, "aggregate", round_index, sampled, failed)
+    return record_round(env, round_index, configure, clients, aggregate)
+
+
+def stored_round(job: JobConfig, round_index: int) -> dict[str, Any] | None:
+    """The state marker of a round an earlier run completed, or None."""
+    store = steps.ProviderEnv.create(job).store()
+    summary_key = layout.summary_key(round_index)
+    if retention.round_recorded(store, round_index):  # completed by an earlier run
+        record = RoundRecord.from_json(store.get_json(summary_key))
+        return {"round": round_index, "skipped": True, "metrics": record.metrics()}
+    return None
+
+
+def record_round(
+    env: steps.ProviderEnv,
+    round_index: int,
+    configure: dict[str, Any],
+    clients: dict[str, dict[str, Any]],
+    aggregate: dict[str, Any],
+) -> dict[str, Any]:
+    """Store the round's record (as the local engine does), log its metrics; return the
+    state marker."""
+    job, store = env.job, env.store()
+    sampled = steps.sample_clients(job, round_index)
     started_at = configure.get("started_at")
     total = time.time() - float(started_at) if started_at else float(aggregate.get("seconds", 0.0))
     record = RoundRecord.build(
         round_index, sampled, configure.get("configure", {}), clients, aggregate, total
     )
-    store.put_json(summary_key, record.to_json())
+    store.put_json(layout.summary_key(round_index), record.to_json())
     retention.prune(env, round_index)  # the round is recorded: older states may go
     run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
     common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)

@@ -17,13 +17,18 @@ from typing import Any
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
 from fedtune.engines import steps
+from fedtune.engines.tenant_tasks import run_tenant_task
 from fedtune.entrypoints import common, tenant_io
+from fedtune.entrypoints.tenant_io import StepKind
 
 log = logging.getLogger(__name__)
 
 
-def run(job: JobConfig, round_index: int, tenant: str, run_key: str = "") -> dict[str, Any]:
-    """Run the tenant's step (launched or in-process); return its marker.
+def run(
+    job: JobConfig, round_index: int, tenant: str, run_key: str = "", kind: StepKind = "client"
+) -> dict[str, Any]:
+    """Run the tenant's step (launched or in-process); return its marker. ``kind`` is
+    ``client`` or one of a secure-aggregation round's extra tenant steps.
 
     A :class:`FedtuneError` does not fail the task: as in the local engine, a tenant's failure
     costs its update, not the round, and the aggregate step's quorum decides. Anything else
@@ -31,14 +36,14 @@ def run(job: JobConfig, round_index: int, tenant: str, run_key: str = "") -> dic
     """
     from fedtune.engines.launcher import run_tenant_step
 
-    marker: dict[str, Any] = {"round": round_index, "tenant": tenant}
+    marker: dict[str, Any] = {"round": round_index, "tenant": tenant, "kind": kind}
     try:
-        result = run_tenant_step(job, "client", round_index, tenant, run_key=run_key)
+        result = run_tenant_step(job, kind, round_index, tenant, run_key=run_key)
     except FedtuneError as exc:
         # The marker reaches the aggregate step and the KFP UI: only the redacted failure.
         failure = exc.redacted().render()
-        log.error("client step of tenant %s failed: %s", tenant, failure)
-        return {**marker, "ok": False, "reason": f"client step failed: {failure}"}
+        log.error("%s step of tenant %s failed: %s", kind, tenant, failure)
+        return {**marker, "ok": False, "reason": f"{kind} step failed: {failure}"}
     return {**marker, "ok": True, "result": result}
 
 
@@ -54,8 +59,9 @@ def component(job_path: str, broadcast_path: str, tenant: str, run_key: str, upd
     common.guarded(body)
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = common.job_parser(__doc__.splitlines()[0], "client_step")
+def parse(argv: Sequence[str] | None, description: str, step: str) -> argparse.Namespace:
+    """The command line of a tenant step of a round (this one, or a secure-aggregation step)."""
+    parser = common.job_parser(description, step)
     parser.add_argument("--round", type=int, required=True, help="round number (from 1)")
     parser.add_argument("--tenant", required=True, help="tenant name")
     parser.add_argument(
@@ -66,19 +72,21 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _body(args: argparse.Namespace) -> dict[str, Any]:
+def body(args: argparse.Namespace, kind: StepKind = "client") -> dict[str, Any]:
+    """Run a tenant step of a round here: through pre-signed URLs in a launched pod, else on
+    the job's stores."""
     job = common.read_job(args.job, args.job_json)
     if args.presigned:
-        expected = tenant_io.step_objects("client", job, args.round, args.tenant)
+        expected = tenant_io.step_objects(kind, job, args.round, args.tenant)
         urls = tenant_io.read_urls(expected)
-        return tenant_io.run_presigned(job, "client", args.round, args.tenant, urls)
+        return tenant_io.run_presigned(job, kind, args.round, args.tenant, urls)
     # Never the launcher here: this process may itself be the launched pod.
-    return steps.client_step(steps.TenantEnv.create(job, args.tenant), args.round)
+    return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, args.round)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of the step."""
-    common.run_main(_parse, _body, argv)
+    common.run_main(lambda a: parse(a, __doc__.splitlines()[0], "client_step"), body, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import layout, retention, steps
+from fedtune.engines import layout, privacy_steps, retention, steps
 from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
@@ -26,14 +26,16 @@ log = logging.getLogger(__name__)
 def run(job: JobConfig, round_index: int) -> dict[str, Any]:
     """Write round ``round_index``'s broadcast (skipped when stored); return its marker."""
     started_at = time.time()
-    result = steps.configure_step(steps.ProviderEnv.create(job), round_index)
+    env = steps.ProviderEnv.create(job)
+    dp = job.differential_privacy is not None and not retention.round_recorded(env.store(), round_index)
+    if dp:  # as the local engine: stop before a round that would exceed the budget
+        privacy_steps.check_budget(env, round_index)
+    result = steps.configure_step(env, round_index)
+    sampled = steps.sample_clients(job, round_index)
+    if dp:  # the round's clip norm and noise share, to each sampled tenant
+        privacy_steps.publish_plan(env, round_index, sampled)
     # started_at lets the aggregate step report the round's wall time across pods.
-    return {
-        "round": round_index,
-        "started_at": started_at,
-        "configure": result,
-        "sampled": steps.sample_clients(job, round_index),
-    }
+    return {"round": round_index, "started_at": started_at, "configure": result, "sampled": sampled}
 
 
 def next_round(job: JobConfig, slot: int) -> int:

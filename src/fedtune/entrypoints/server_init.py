@@ -16,7 +16,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
-from fedtune.engines import layout, ranks, retention, steps
+from fedtune.engines import layout, privacy_steps, ranks, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.entrypoints import common
 from fedtune.pipelines.run_form import RunForm, open_rounds, resolve_job
@@ -64,21 +64,36 @@ def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
 
     env = steps.ProviderEnv.create(job)
     tracker, run_id = _start_tracking(env, form)
+    privacy: dict[str, Any] = {}
+    if job.differential_privacy is not None:  # as the local engine: only rounds that fit the budget
+        job, privacy = privacy_steps.plan_rounds(job, env.store())
+        env = steps.ProviderEnv.create(job)
     result = ranks.provider_step(env, "init")
     log_initial_state(env, tracker)
     store = env.store()
     done = [retention.round_recorded(store, r) for r in range(1, job.rounds + 1)]
     rounds = open_rounds(done, form.stop_after_round if form is not None else 0)
-    return {"round": rounds[0] - 1, "rounds": rounds, "run_id": run_id, "init": result}
+    return {
+        "round": rounds[0] - 1,
+        "rounds": rounds,
+        "run_id": run_id,
+        "init": result,
+        "job_rounds": job.rounds,
+        **({"privacy": privacy} if privacy else {}),
+    }
 
 
-def component(form: RunForm, family: str, job_path: str, state_path: str) -> list[int]:
-    """Body of the ``server-init`` KFP component: the rounds the loop iterates over."""
+def component(
+    form: RunForm, family: str, job_path: str, state_path: str, secure: bool = False
+) -> list[int]:
+    """Body of the ``server-init`` KFP component: the rounds the loop iterates over
+    (``secure``: the pipeline is its family's secure-aggregation variant)."""
 
     def body() -> list[int]:
-        job = resolve_job(form, family)
-        common.write_job_artifact(job_path, job)
+        job = resolve_job(form, family, secure)
         marker = run(job, form)
+        # Later steps see the rounds a privacy budget lets run (the model of the last is exported).
+        common.write_job_artifact(job_path, job.model_copy(update={"rounds": marker["job_rounds"]}))
         common.write_marker(state_path, marker)
         return list(marker["rounds"])
 

@@ -42,16 +42,32 @@ def _message_blobs(key: str) -> list[str]:
     return [f"{key}.safetensors", f"{key}.json"]
 
 
+SECAGG_OBJECTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "secagg-advertise": ((), "advert"),
+    "secagg-share": (("roster",), "dealt"),
+    "secagg-unmask": (("unmask-request", "roster"), "unmask"),
+}
+"""The secure-aggregation messages each extra tenant step reads, and the one it writes."""
+
+
 def step_objects(
     kind: StepKind, job: JobConfig, round_index: int, tenant: str
 ) -> tuple[list[str], list[str]]:
     """The blobs a tenant step reads and writes, as keys inside the tenant's exchange prefix
     (sidecars implied)."""
-    if kind == "client":
+    if kind in SECAGG_OBJECTS:
+        reads, writes = SECAGG_OBJECTS[kind]
         return (
-            _message_blobs(layout.round_broadcast_key(round_index)),
-            _message_blobs(layout.update_key(round_index)),
+            [layout.secagg_key(round_index, name) for name in reads],
+            [layout.secagg_key(round_index, writes)],
         )
+    if kind == "client":
+        gets = _message_blobs(layout.round_broadcast_key(round_index))
+        if job.secure_aggregation.enabled:  # the routed roster and its own sealed shares
+            gets += [layout.secagg_key(round_index, n) for n in ("roster", "inbox")]
+        if job.differential_privacy is not None:  # the round's clip norm and noise share
+            gets.append(layout.privacy_plan_key(round_index))
+        return gets, _message_blobs(layout.update_key(round_index))
     result = layout.final_audit_key if kind == "audit" else layout.final_eval_key
     return (
         _message_blobs(layout.final_tenant_broadcast_key(job.rounds)),

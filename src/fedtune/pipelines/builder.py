@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kfp import compiler, dsl
-from kfp.dsl import Artifact, Input
+from kfp.dsl import Artifact, Input, pipeline_context
 
 from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.config.secrets import (
@@ -59,10 +59,11 @@ from fedtune.config.secrets import (
 )
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
+from fedtune.pipelines import secagg_components as sc
 from fedtune.pipelines.images import heavy_step_image
-from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, provider_marker
+from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
-HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")
+HEAVY_STEPS = ("server-init", "aggregate", "secure-aggregate", "export-and-register")
 """The provider tasks that get the job's ``provider:`` resources and image (see above)."""
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -88,6 +89,13 @@ Args:
     resume_run_id: Empty: train afresh under this run's id. The id of an earlier run: resume its stored state (finished rounds are kept, nothing is registered twice). "job": state directly under the job's name, as `fedtune run` keeps it.
     stop_after_round: 0 trains to the end; k stops after round k (resume later with resume_run_id), e.g. to split a very long training into runs.
 """
+
+SECURE_DOC = """This is the secure-aggregation variant: every round runs SecAgg+ (key advertisement, share
+exchange, masked upload, unmasking), each tenant step as a Job in the tenant's namespace, and
+the provider sees only the masked uploads and their sum. It runs jobs that set
+secure_aggregation.enabled: true; a job without it runs on the plain pipeline of its family.
+"""
+
 
 @dataclass(frozen=True)
 class ClusterSettings:
@@ -189,16 +197,93 @@ def _no_cache(task: Any) -> Any:
     return task.set_caching_options(False)
 
 
+_RESERVED_GROUP_IDS = 10
+"""More than the outer pipeline's groups (rounds loop, two conditions, two loops)."""
+
+
+def secure_round_pipeline(
+    settings: ClusterSettings | None, provider: ProviderResources | None = None
+) -> Any:
+    """The nested round pipeline of the secure-aggregation variant: the steps of
+    :data:`fedtune.engines.secagg_provider.SECURE_SEQUENCE`, each tenant step a fan-out
+    through the launcher over the tenants still in the round, then the secure aggregate."""
+    run_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+    @dsl.pipeline(
+        name="fedtune-secure-round",
+        description="One federated round under secure aggregation: configure, keys, shares, "
+        "masked training, unmasking, aggregate.",
+    )
+    def secure_round(job: Input[Artifact], state: Input[Artifact], slot: int) -> Artifact:
+        # kfp 2.17 numbers groups per pipeline (for-loop-1, condition-2, ...) and the outer
+        # pipeline's groups share one table with this round's: its for-loop-3 (evaluate) met
+        # this round's for-loop-3 and compiled wrongly. Reserving ids keeps the names apart.
+        context = pipeline_context.Pipeline.get_default_pipeline()
+        for _ in range(_RESERVED_GROUP_IDS):
+            context.get_next_group_id()
+        configure = c.configure_round(job=job, state=state, slot=slot)
+        _provider(configure, "configure round", settings)
+        with dsl.ParallelFor(configure.outputs["Output"]) as tenant:
+            advert = sc.secagg_tenant(
+                job=job, after=configure.outputs["broadcast"], phase="secagg-advertise",
+                tenant=tenant, run_key=run_key,
+            )
+            _tenant(advert, "advertise keys", settings)
+        keys = sc.secagg_provider(
+            job=job, previous=configure.outputs["broadcast"],
+            markers=dsl.Collected(advert.outputs["marker"]), step="route-keys",
+        )
+        _provider(keys, "route keys", settings)
+        with dsl.ParallelFor(keys.outputs["Output"]) as tenant:
+            share = sc.secagg_tenant(
+                job=job, after=keys.outputs["log"], phase="secagg-share", tenant=tenant,
+                run_key=run_key,
+            )
+            _tenant(share, "deal shares", settings)
+        shares = sc.secagg_provider(
+            job=job, previous=keys.outputs["log"],
+            markers=dsl.Collected(share.outputs["marker"]), step="route-shares",
+        )
+        _provider(shares, "route shares", settings)
+        with dsl.ParallelFor(shares.outputs["Output"]) as tenant:
+            # The round marker here is route-shares' log: training starts once shares are in.
+            client = c.client_step(
+                job=job, broadcast=shares.outputs["log"], tenant=tenant, run_key=run_key
+            )
+            _tenant(client, "client step (masked)", settings)
+        ask = sc.secagg_provider(
+            job=job, previous=shares.outputs["log"],
+            markers=dsl.Collected(client.outputs["update"]), step="request-unmask",
+        )
+        _provider(ask, "request unmasking", settings)
+        with dsl.ParallelFor(ask.outputs["Output"]) as tenant:
+            answer = sc.secagg_tenant(
+                job=job, after=ask.outputs["log"], phase="secagg-unmask", tenant=tenant,
+                run_key=run_key,
+            )
+            _tenant(answer, "answer unmasking", settings)
+        merged = sc.secure_aggregate(
+            job=job, previous=ask.outputs["log"], markers=dsl.Collected(answer.outputs["marker"])
+        )
+        _heavy(_provider(merged, "secure aggregate", settings), provider or ProviderResources(), settings)
+        return merged.outputs["state"]
+
+    return secure_round
+
+
 def build_pipeline(
     family: str,
     settings: ClusterSettings | None,
     default_job: JobConfig | None = None,
     provider: ProviderResources | None = None,
+    secure: bool = False,
 ) -> Any:
     """The family's KFP pipeline; ``default_job`` (if any) fills the ``job_config`` default.
 
     ``provider`` (default: ``default_job``'s section, else none) is what the heavy steps ask
-    of the cluster; every run of the pipeline must ask for the same.
+    of the cluster; every run of the pipeline must ask for the same. ``secure`` builds the
+    family's secure-aggregation variant (``fedtune-<family>-secure``): the same graph with
+    :func:`secure_round_pipeline` as its round.
     """
     if provider is None:
         provider = default_job.provider if default_job is not None else ProviderResources()
@@ -234,6 +319,8 @@ def build_pipeline(
         _heavy(_provider(merged, "aggregate", settings), provider, settings)
         return merged.outputs["state"]
 
+    one_round = secure_round_pipeline(settings, provider) if secure else round_pipeline
+
     def pipeline(
         job_uri: str = "",
         job_config: str = job_json,
@@ -259,6 +346,7 @@ def build_pipeline(
             stop_after_round=stop_after_round,
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             family=family,
+            secure_aggregation=secure,
         )
         _heavy(_provider(init, "server init", settings), provider, settings)
         if marker:
@@ -267,7 +355,7 @@ def build_pipeline(
         # One iteration per round still to train, one at a time; each trains the first round
         # not yet stored, so the order holds even where the backend reorders iterations.
         with dsl.ParallelFor(init.outputs["Output"], parallelism=1) as slot:
-            step = round_pipeline(job=job_artifact, state=init.outputs["state"], slot=slot)
+            step = one_round(job=job_artifact, state=init.outputs["state"], slot=slot)
             _no_cache(step).set_display_name("round")
         closed = c.close_rounds(
             job=job_artifact, init=init.outputs["state"], states=dsl.Collected(step.output)
@@ -302,11 +390,11 @@ def build_pipeline(
                 )
                 _provider(recorded, "record audit", settings)
 
-    pipeline.__doc__ = PIPELINE_DOC.format(
-        family=family, algorithms=", ".join(FAMILIES[family])
-    )
+    doc = PIPELINE_DOC.format(family=family, algorithms=", ".join(FAMILIES[family]))
+    # Before the Args section, which the KFP UI reads as the run form's help.
+    pipeline.__doc__ = doc.replace("\nArgs:", SECURE_DOC + "\nArgs:", 1) if secure else doc
     # The description shown in the KFP UI comes from the docstring, the form's help from Args.
-    return dsl.pipeline(name=f"fedtune-{family}")(pipeline)
+    return dsl.pipeline(name=pipeline_name(family, secure))(pipeline)
 
 
 def compile_pipeline(
@@ -315,10 +403,12 @@ def compile_pipeline(
     settings: ClusterSettings | None,
     default_job: JobConfig | None = None,
     provider: ProviderResources | None = None,
+    secure: bool = False,
 ) -> Path:
-    """Compile the ``family`` pipeline to YAML at ``out``; return the path."""
+    """Compile the ``family`` pipeline (``secure``: its secure-aggregation variant) to YAML at
+    ``out``; return the path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_pipeline(family, settings, default_job, provider)
+    pipeline = build_pipeline(family, settings, default_job, provider, secure)
     compiler.Compiler().compile(pipeline, str(out))
     return out

@@ -3,7 +3,8 @@
 A compiled pipeline runs in pods that share no filesystem, so every store, dataset and the
 tracking server must be addressed by a network URI; :func:`cluster_problems` lists every
 violation at once. The graph depends only on the family: the job fills the run form's
-``job_config`` default, and its ``provider:`` section gives the heavy provider steps their
+``job_config`` default, its ``secure_aggregation.enabled`` picks the family's plain or
+secure-aggregation variant, and its ``provider:`` section gives the heavy provider steps their
 resources and image (see :mod:`fedtune.pipelines.builder`).
 """
 
@@ -73,11 +74,6 @@ def compile_job(
     Raises:
         ConfigError: The job cannot run in a pipeline, or not in a cluster.
     """
-    from fedtune.engines import privacy_steps
-    from fedtune.engines.secagg_steps import refuse_pipeline
-
-    refuse_pipeline(job)
-    privacy_steps.refuse_pipeline(job)
     family = family_of(job.algorithm.name)
     if settings is not None:
         problems = cluster_problems(job, settings)
@@ -88,6 +84,7 @@ def compile_job(
                 fix="Point stores, data and tracking at network URIs (see "
                 "pipelines/jobs/fedit.yaml), or run it here with --engine kfp-local.",
             )
-    path = compile_pipeline(family, out, settings, default_job=job)
+    # A job with secure aggregation gets its family's secure-aggregation variant.
+    path = compile_pipeline(family, out, settings, default_job=job, secure=job.secure_aggregation.enabled)
     validate_compiled(path)
     return path, family

@@ -43,6 +43,7 @@ def server_init(
     stop_after_round: int,
     kfp_run_id: str,
     family: str,
+    secure_aggregation: bool,
     job: Output[Artifact],
     state: Output[Artifact],
 ) -> list:
@@ -62,6 +63,7 @@ def server_init(
         stop_after_round: 0: train to the end; k: stop after round k (resume it later).
         kfp_run_id: This pipeline run's id.
         family: The algorithm family this pipeline was compiled for.
+        secure_aggregation: Whether it is the family's secure-aggregation variant.
         job: The validated, run-scoped job, read by every later task.
         state: Marker of the initial server state (stored in the provider store).
     """
@@ -80,7 +82,7 @@ def server_init(
         stop_after_round=stop_after_round,
         kfp_run_id=kfp_run_id,
     )
-    return component(form, family, job.path, state.path)
+    return component(form, family, job.path, state.path, secure_aggregation)
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

@@ -210,16 +210,43 @@ def check_compiled_provider(job: JobConfig, source: str, marker: str | None = No
     )
 
 
-def resolve_job(form: RunForm, family: str) -> JobConfig:
-    """The job a run trains: read, overridden, validated, checked against ``family``, scoped.
+def pipeline_name(family: str, secure: bool = False) -> str:
+    """The name of a family's compiled pipeline (``secure``: its secure-aggregation variant)."""
+    return f"fedtune-{family}-secure" if secure else f"fedtune-{family}"
+
+
+def check_variant(job: JobConfig, family: str, secure: bool, source: str = "the job") -> None:
+    """Refuse a job whose ``secure_aggregation.enabled`` does not match the pipeline variant.
+
+    A secure round has more steps than a plain one, so each variant is its own compiled
+    pipeline; the run form takes the job at run time, hence this check when the run starts.
+
+    Raises:
+        ConfigError: Naming the pipeline that runs the job.
+    """
+    wanted = job.secure_aggregation.enabled
+    if wanted == secure:
+        return
+    has = "sets secure_aggregation.enabled: true" if wanted else "does not enable secure_aggregation"
+    runs = "secure-aggregation rounds" if secure else "rounds without secure aggregation"
+    raise ConfigError(
+        f"{source} {has}, but the {pipeline_name(family, secure)!r} pipeline runs {runs}",
+        fix=f"Create the run with the {pipeline_name(family, wanted)!r} pipeline (`fedtune "
+        "compile JOB.yaml` compiles the right one for a job), or change "
+        "secure_aggregation.enabled in the job.",
+    )
+
+
+def resolve_job(form: RunForm, family: str, secure: bool = False) -> JobConfig:
+    """The job a run trains: read, overridden, validated, checked against ``family``, the
+    pipeline variant (``secure``) and the compiled provider section, scoped.
 
     Raises:
         ConfigError: No job, an unreadable or invalid one (every problem listed), an override
-            the job refuses, a job of another family, or one whose provider resources differ
-            from the compiled pipeline's.
+            the job refuses, a job of another family or of the other variant, or one whose
+            provider resources differ from the compiled pipeline's.
     """
     from fedtune.config.loading import parse_job_text
-    from fedtune.engines import privacy_steps, secagg_steps
 
     text, source = _read_source(form)
     base = parse_job_text(text, source=source)  # the job's own problems, reported as such
@@ -236,8 +263,7 @@ def resolve_job(form: RunForm, family: str) -> JobConfig:
             f"pipeline, which runs {list(FAMILIES.get(family, ()))}",
             fix=f"Run it with the {family_of(job.algorithm.name)!r} pipeline instead.",
         )
-    secagg_steps.refuse_pipeline(job)
-    privacy_steps.refuse_pipeline(job)
+    check_variant(job, family, secure, source)
     check_compiled_provider(job, source)
     if form.stop_after_round < 0:
         raise ConfigError(

@@ -10,7 +10,6 @@ import pytest
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError
 from fedtune.engines.fingerprint import config_fingerprint
-from fedtune.pipelines.compiling import compile_job
 
 from tests.integration.conftest import tiny_job_dict
 
@@ -81,14 +80,3 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
         job(tmp_path, dp={"noise_multiplier": -1.0, "delta": 2.0, "clipping": {"norm": 0.5}, "target_epsilon": 0})
     text = str(info.value)
     assert "noise_multiplier" in text and "delta" in text and "target_epsilon" in text
-
-
-def test_the_compiled_pipelines_refuse_it(tmp_path: Path) -> None:
-    from fedtune.engines.kfp_local import run_job as run_kfp_local
-
-    dp_job = job(tmp_path)
-    with pytest.raises(ConfigError, match="differential_privacy, which the compiled pipelines"):
-        compile_job(dp_job, tmp_path / "pipeline.yaml")
-    with pytest.raises(ConfigError, match="kfp-local and the cluster") as info:
-        run_kfp_local(dp_job)
-    assert "--engine local" in info.value.fix

@@ -11,8 +11,6 @@ import pytest
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError
 from fedtune.engines.fingerprint import config_fingerprint, legacy_fingerprint
-from fedtune.engines.secagg_steps import refuse_pipeline
-from fedtune.pipelines.compiling import compile_job
 
 from tests.integration.conftest import tiny_job_dict
 
@@ -60,15 +58,6 @@ def test_bad_settings_are_refused(tmp_path: Path, section, overrides, message: s
     with pytest.raises((ConfigError, ValueError)) as info:
         job(tmp_path, secure_aggregation=section, **overrides)
     assert message in str(info.value)
-
-
-def test_pipelines_refuse_it_until_wired(tmp_path: Path) -> None:
-    on = job(tmp_path, secure_aggregation={"enabled": True})
-    with pytest.raises(ConfigError, match="compiled pipelines") as info:
-        refuse_pipeline(on)
-    assert "--engine local" in info.value.fix
-    with pytest.raises(ConfigError, match="compiled pipelines"):
-        compile_job(on, tmp_path / "p.yaml")
 
 
 def test_every_algorithm_but_fedmkt_aggregates_a_sum() -> None:
