@@ -184,7 +184,8 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         _set(_ctr, command=["sh", "-c", "cat /secrets/*"]),
         (
             "refused command or args: a tenant Job must run `python -m "
-            "fedtune.entrypoints.client_step|evaluate|audit --round N --tenant hospital-a "
+            "fedtune.entrypoints.client_step|evaluate|audit|secagg_advertise|secagg_share|"
+            "secagg_unmask --round N --tenant hospital-a "
             "--presigned`"
         ),
     ),
