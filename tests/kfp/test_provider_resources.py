@@ -259,3 +259,16 @@ def test_provider_resources_may_change_when_a_run_resumes() -> None:
     # the heavy steps to other nodes (e.g. after running out of memory).
     assert config_fingerprint(plain) == config_fingerprint(bigger)
     assert check_resumable(run_record(plain), bigger, "s3://provider/runs")["fingerprint"]
+
+
+def test_the_secure_variants_aggregate_is_a_heavy_step_too(tmp_path: Path) -> None:
+    """Under secure aggregation the round ends in ``secure-aggregate`` (FedBiOT's alignment
+    runs there), so it gets the provider's GPU image and resources like ``aggregate``."""
+    raw = cluster_job_dict(provider=GPU_PROVIDER, secure_aggregation={"enabled": True, "threshold": 2})
+    path, _ = compile_job(parse_job(raw), tmp_path / "secure.yaml", settings=DEFAULT_CLUSTER)
+    docs = list(yaml.safe_load_all(path.read_text()))
+    container = docs[0]["deploymentSpec"]["executors"]["exec-secure-aggregate"]["container"]
+    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-secure-aggregate"]
+    assert container["image"] == GPU_IMAGE
+    assert container["resources"]["accelerator"]["resourceCount"] == "2"
+    assert platform["tolerations"] == [TOLERATION]

@@ -63,8 +63,9 @@ from fedtune.pipelines import secagg_components as sc
 from fedtune.pipelines.images import heavy_step_image
 from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
-HEAVY_STEPS = ("server-init", "aggregate", "secure-aggregate", "export-and-register")
-"""The provider tasks that get the job's ``provider:`` resources and image (see above)."""
+HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")
+"""The provider tasks that get the job's ``provider:`` resources and image (see above); the
+secure-aggregation variant's ``secure-aggregate`` too."""
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
