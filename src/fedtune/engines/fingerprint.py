@@ -30,6 +30,8 @@ _WAIT_LIMITS = (
 #: Limits added after the first fingerprints were stored (dropped from the legacy form).
 _LATER_LIMITS = (*_WAIT_LIMITS, "max_record_bytes")
 _PROJECT = "<project>"
+#: Training fields added after the first fingerprints were stored, with their defaults.
+_LATER_TRAINING = {"device": "auto", "precision": "fp32", "gradient_checkpointing": False}
 
 
 def _base_dump(job: JobConfig) -> dict[str, Any]:
@@ -49,6 +51,9 @@ def _base_dump(job: JobConfig) -> dict[str, Any]:
             tenant["dp_sgd"].pop("target_epsilon")
     if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
         dump["limits"].pop("max_update_norm", None)
+    for name, default in _LATER_TRAINING.items():  # at their defaults: as before they existed
+        if dump["training"].get(name) == default:
+            dump["training"].pop(name)
     return dump
 
 

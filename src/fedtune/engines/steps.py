@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,6 @@ from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
 from fedtune.storage.base import Store
-from fedtune.training.distributed import World
 from fedtune.training.progress import ProgressHook
 from fedtune.training.context import (
     ProviderContext,
@@ -162,6 +162,17 @@ class TenantEnvs:
             env.ctx.progress = hook
 
 
+
+def _writes_state() -> bool:
+    """Whether this process writes the step's state: rank 0 of a multi-rank provider step, or
+    the only process (a process group needs torch.distributed, so without it there is none;
+    checked so that light steps need not import torch)."""
+    if "torch.distributed" not in sys.modules:
+        return True
+    from fedtune.training.distributed import World
+
+    return World.current().writer
+
 def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     """The tenants of ``round_index``: a seeded sample of ``clients_per_round``, sorted."""
     names = sorted(t.name for t in job.tenants)
@@ -183,7 +194,7 @@ def init_step(env: ProviderEnv) -> dict[str, Any]:
         return {"skipped": True}
     started = time.perf_counter()
     state = env.algorithm.init_state(env.ctx)
-    if not World.current().writer:
+    if not _writes_state():
         return {}
     written = state.save(store, key)
     return {"seconds": time.perf_counter() - started, "bytes": written}
@@ -414,7 +425,7 @@ def aggregate_step(
     compute_started = time.perf_counter()
     new_state = fold_updates(env, state, valid, round_index)
     compute = time.perf_counter() - compute_started
-    if not World.current().writer:
+    if not _writes_state():
         return {}
     new_state.save(store, key)
     killpoints.reached(f"state-saved:{round_index}")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import layout, privacy_steps, retention, steps
+from fedtune.engines import layout, retention, steps
 from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,8 @@ def run(job: JobConfig, round_index: int) -> dict[str, Any]:
     env = steps.ProviderEnv.create(job)
     dp = job.differential_privacy is not None and not retention.round_recorded(env.store(), round_index)
     if dp:  # as the local engine: stop before a round that would exceed the budget
+        from fedtune.engines import privacy_steps  # torch: only for DP jobs
+
         privacy_steps.check_budget(env, round_index)
     result = steps.configure_step(env, round_index)
     sampled = steps.sample_clients(job, round_index)

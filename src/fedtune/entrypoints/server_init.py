@@ -16,7 +16,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
-from fedtune.engines import layout, privacy_steps, ranks, retention, steps
+from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.entrypoints import common
 from fedtune.pipelines.run_form import RunForm, open_rounds, resolve_job
@@ -66,6 +66,8 @@ def run(job: JobConfig, form: RunForm | None = None) -> dict[str, Any]:
     tracker, run_id = _start_tracking(env, form)
     privacy: dict[str, Any] = {}
     if job.differential_privacy is not None:  # as the local engine: only rounds that fit the budget
+        from fedtune.engines import privacy_steps  # torch: only for DP jobs
+
         job, privacy = privacy_steps.plan_rounds(job, env.store())
         env = steps.ProviderEnv.create(job)
     result = ranks.provider_step(env, "init")

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedtune.models.describe import describe
+    from fedtune.models.summary import describe
     from fedtune.models.loading import check_model_dir, load_pretrained, save_pretrained_dir
     from fedtune.models.lora import (
         DEFAULT_TARGETS,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from fedtune.models.tokenizer import load_tokenizer, read_info, train_tokenizer
 
 _HOME = {
-    "describe": "describe",
+    "describe": "summary",  # a module of another name: an imported submodule would shadow the function
     **dict.fromkeys(("check_model_dir", "load_pretrained", "save_pretrained_dir"), "loading"),
     **dict.fromkeys(
         (
