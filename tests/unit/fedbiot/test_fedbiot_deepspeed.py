@@ -49,7 +49,7 @@ def test_zero2_and_zero3_emulators_equal_plain_torch(
 
 
 @pytest.mark.slow
-def test_bf16_alignment_under_deepspeed_matches_torch_and_keeps_the_emulator_fp32(
+def test_bf16_alignment_under_deepspeed_matches_torch_and_stores_the_emulator_in_bf16(
     make_provider: Callable[..., Provider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fedtune.config.job import TrainingConfig
@@ -63,9 +63,10 @@ def test_bf16_alignment_under_deepspeed_matches_torch_and_keeps_the_emulator_fp3
     assert {p.dtype for p in torch_path.ctx.base_model().parameters()} == {torch.bfloat16}
     reference = _align(torch_path)
     trained = _align(make_provider(tiny_context(training=bf16), deepspeed={"zero_stage": 2}, **common))
-    assert {t.dtype for t in [*reference.values(), *trained.values()]} == {torch.float32}
+    # Trained in fp32, stored in the model's dtype (issue 13: emulator tensors in the model's dtype).
+    assert {t.dtype for t in [*reference.values(), *trained.values()]} == {torch.bfloat16}
     for key, value in reference.items():
-        torch.testing.assert_close(trained[key], value, rtol=0.0, atol=5e-3, msg=key)
+        torch.testing.assert_close(trained[key].float(), value.float(), rtol=0.0, atol=1e-2, msg=key)
 
 
 def test_config_file_errors_name_the_field(tmp_path: Path) -> None:
