@@ -200,7 +200,8 @@ def test_a_provider_substituting_a_key_is_refused_naming_the_tenant(
             store.put_json(layout.secagg_key(round_index, "roster"), roster)
         return out
 
-    monkeypatch.setattr(secagg_provider, "route_keys_step", substitute)
+    # The round runs its provider steps from this table (shared with the KFP pipeline).
+    monkeypatch.setitem(secagg_provider.PROVIDER_STEPS, "route-keys", substitute)
     job = registered_job(tmp_path, secure_aggregation={"enabled": True})
     with pytest.raises(SecureAggregationError) as info:
         run_job(job, NullTracker(), QUIET)
