@@ -5,7 +5,7 @@ arithmetic against a hand computation."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -121,3 +121,32 @@ def test_unknown_shape_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 2
     err = capsys.readouterr().err
     assert "7b" in err and "1b" in err
+
+
+def test_unknown_steps_device_is_a_clear_error(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "system", "--out", str(tmp_path), "--preset", "ci", "--parts",
+                 "steps-memory", "--steps-devices", "tpu"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'tpu'" in err and "cpu,cuda" in err
+    assert not (tmp_path / "system" / "results.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_gpu_rows_only_without_a_gpu_is_refused_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["bench", "system", "--out", str(tmp_path), "--preset", "ci", "--parts",
+                 "steps-memory", "--steps-devices", "cuda"])
+    assert code == 2
+    assert "CUDA reports no device" in capsys.readouterr().err
+    assert not (tmp_path / "system" / "results.json").exists()
+
+
+def test_cpu_off_measures_no_cpu_cell(tmp_path: Path) -> None:
+    """``--steps-devices cuda`` on a GPU lease: no CPU cell runs (here, with no GPU, nothing)."""
+    from fedtune.benchmarks.step_memory import measure
+
+    results = measure(replace(TINY, cpu=False, gpu=False), tmp_path)
+    assert results["rows"] == [] and results["gpu"] == {"measured": False, "note": NO_GPU}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,13 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def source_commit() -> str:
-    """The commit of the checkout this package runs from (see :func:`git_commit`), or
-    ``unknown`` outside a git checkout."""
-    return git_commit(Path(__file__).resolve().parent) or "unknown"
+    """The commit of the checkout this package runs from (see :func:`git_commit`); outside a
+    git checkout (a container image, a copy on a GPU machine) ``FEDTUNE_SOURCE_COMMIT`` as
+    the image's build or the copy's sender set it, else ``unknown``."""
+    found = git_commit(Path(__file__).resolve().parent)
+    if found:
+        return found
+    return os.environ.get("FEDTUNE_SOURCE_COMMIT", "").strip() or "unknown"
 
 
 def provenance(command: str) -> dict[str, Any]:

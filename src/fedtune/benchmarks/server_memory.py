@@ -232,6 +232,18 @@ _CHILD_ARGS: Final = (
 )
 
 
+def _zero3_row(spec: ServerMemorySpec, ranks: int, out: Path) -> dict[str, Any]:
+    """ZeRO-3 on ``ranks`` processes; on CUDA each rank needs a GPU of its own (NCCL refuses
+    two ranks on one device), so a count above the GPUs present is a row saying so."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus and ranks > gpus:
+        return {"mode": "zero3", "ranks": ranks,
+                "error": f"skipped: {ranks} ranks need {ranks} GPUs, {gpus} present"}
+    return _run(spec, "zero3", ranks, out)
+
+
 def measure(
     spec: ServerMemorySpec, out_dir: str | Path, *, deepspeed: bool = True
 ) -> dict[str, Any]:
@@ -244,7 +256,7 @@ def measure(
     out.mkdir(parents=True, exist_ok=True)
     rows = [_run(spec, "plain", 1, out)]
     if deepspeed:
-        rows += [_run(spec, "zero3", ranks, out) for ranks in spec.zero3_ranks]
+        rows += [_zero3_row(spec, ranks, out) for ranks in spec.zero3_ranks]
     return {"description": spec.describe(), "spec": asdict(spec), "rows": rows}
 
 

@@ -135,6 +135,7 @@ class StepMemorySpec:
     threads: int = 1  # CPU threads per cell (timings: pinned to 1)
     timeout_s: float = 3600.0  # per cell
     gpu: bool = True  # also measure on CUDA where present
+    cpu: bool = True  # the CPU cells (off: a GPU machine's lease measures only the CUDA rows)
     # GPU client-step speed against a bare PEFT loop (bf16, no checkpointing).
     speed_batch_size: int = 8
     speed_seq_len: int = 1024
@@ -545,8 +546,9 @@ def _row(cell: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None) -> dict[str, Any]:
-    """Every CPU cell, one at a time; then the CUDA cells and the client speed where CUDA is
-    present, else the :data:`NO_GPU` note. A failed cell carries ``error`` instead of numbers."""
+    """Every CPU cell (unless ``spec.cpu`` is off), one at a time; then the CUDA cells and the
+    client speed where CUDA is present, else the :data:`NO_GPU` note. A failed cell carries
+    ``error`` instead of numbers."""
     say: Log = log or logger.info
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -557,7 +559,9 @@ def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None) -
         "load_before": machine_load(),
         "rows": [],
     }
-    devices = ["cpu"] + (["cuda"] if spec.gpu and torch.cuda.is_available() else [])
+    devices = (["cpu"] if spec.cpu else []) + (
+        ["cuda"] if spec.gpu and torch.cuda.is_available() else []
+    )
     for device in devices:
         for cell in spec.cells(device):
             label = f"{cell['kind']} {cell['precision']}" + (" ckpt" if cell["checkpointing"] else "")

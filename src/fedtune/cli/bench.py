@@ -398,6 +398,12 @@ def _add_quality(kinds: Any) -> None:
 
 
 # -- system -------------------------------------------------------------------------------------
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _bench_system(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
     from fedtune.benchmarks.provenance import source_commit
@@ -426,6 +432,24 @@ def _bench_system(args: argparse.Namespace) -> int:
             )
         spec = dataclasses.replace(
             spec, steps_memory=dataclasses.replace(spec.steps_memory, shape=args.steps_shape)
+        )
+    if args.steps_devices is not None:
+        devices = _names(args.steps_devices)
+        if not devices or set(devices) - {"cpu", "cuda"}:
+            raise ConfigError(
+                f"unknown --steps-devices {args.steps_devices!r}",
+                fix="Use cpu, cuda or cpu,cuda.",
+            )
+        if devices == ("cuda",) and not _cuda_available():
+            raise ConfigError(
+                "--steps-devices cuda asks for the GPU rows only, but CUDA reports no device",
+                fix="Run it on a machine with a GPU, or add cpu (--steps-devices cpu,cuda).",
+            )
+        spec = dataclasses.replace(
+            spec,
+            steps_memory=dataclasses.replace(
+                spec.steps_memory, cpu="cpu" in devices, gpu="cuda" in devices
+            ),
         )
     parts = _names(args.parts)
     known = ("client", "engine", "bytes", "memory", "steps-memory", "peer", "secagg")
@@ -484,6 +508,13 @@ def _add_system(kinds: Any) -> None:
         metavar="SHAPE",
         help="model shape of the steps-memory part: 1b (the default), 170m (the same family, "
         "for a busy CPU), tiny (tests)",
+    )
+    p.add_argument(
+        "--steps-devices",
+        metavar="DEVICES",
+        help="devices of the steps-memory part: cpu, cuda or cpu,cuda (the default: the CPU, "
+        "and CUDA where present); cuda alone measures only the GPU rows (minutes on a GPU, "
+        "where the 1b CPU cells take an hour)",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
     p.add_argument(

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 13 in one command, for a lent GPU machine (see docs/benchmarks.md,
+# "Reproducing on a GPU"): the machine has PyTorch and CUDA but not fedtune's other
+# dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
+#   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh
+# Writes under $OUT: gpu.txt (device, versions, a bf16 matmul ceiling), steps-memory JSON
+# (peak memory per step kind on CUDA, client-step MFU vs a bare PEFT loop, ZeRO-3 rows),
+# pytest.log (precision, rank launcher and DeepSpeed tests on the GPU), jobs.log (example
+# jobs with device cuda, bf16) and their summaries.
+set -u
+OUT=${OUT:?set OUT to a folder for the results}
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+else
+  export PYTHONPATH=$PWD/src:$PWD
+fi
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+STEPS_TIMEOUT=${STEPS_TIMEOUT:-330}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  python3 - <<'PY'
+import time, torch, transformers, peft, deepspeed
+print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__,
+      "peft", peft.__version__, "deepspeed", deepspeed.__version__)
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    a @ b
+torch.cuda.synchronize()
+start = time.perf_counter()
+for _ in range(10):
+    a @ b
+torch.cuda.synchronize()
+print(f"bf16 8192^3 matmul: {10 * 2 * 8192**3 / (time.perf_counter() - start) / 1e12:.0f} TFLOP/s (measured ceiling)")
+PY
+} 2>&1 | tee "$OUT/gpu.txt"
+
+echo "== steps-memory + ZeRO-3 server memory on CUDA"
+timeout "$STEPS_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/bench \
+  --parts steps-memory,memory --steps-devices cuda \
+  --record "$OUT/steps-memory-1b-gpu-system.json" > "$OUT/steps.log" 2>&1
+echo "steps-memory exit $?"; tail -45 "$OUT/steps.log"
+
+echo "== tests on the GPU"
+timeout 150 python3 -m pytest -q -p no:cacheprovider \
+  tests/unit/training/test_precision.py tests/unit/core/test_ranks_launcher.py \
+  tests/unit/fedbiot/test_fedbiot_deepspeed.py > "$OUT/pytest.log" 2>&1
+echo "pytest exit $?"; tail -15 "$OUT/pytest.log"
+
+echo "== example jobs, device cuda, bf16"
+python3 scripts/gpu_jobs.py bf16 > /dev/null
+for job in quickstart fedbiot fedpt; do
+  SECONDS=0
+  timeout 90 python3 -m fedtune.cli.main run "examples/$job-cuda-bf16.yaml" --fresh --no-progress \
+    --summary-json "$OUT/$job-cuda-bf16.json" >> "$OUT/jobs.log" 2>&1
+  echo "$job exit $? in $SECONDS s"
+done | tee -a "$OUT/jobs.log"

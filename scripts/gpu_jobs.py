@@ -1,0 +1,32 @@
+"""Write GPU variants of example jobs beside the examples (so their relative data paths
+hold), for a lent GPU machine: ``python scripts/gpu_jobs.py [PRECISION]`` prints their paths.
+
+Each copy changes only ``training.device`` (cuda), ``training.precision`` and
+``tracking.backend`` (``none``: a bare GPU machine has no MLflow server).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+JOBS = ("quickstart", "fedbiot", "fedpt")
+
+
+def main(argv: list[str]) -> int:
+    precision = argv[0] if argv else "bf16"
+    for name in JOBS:
+        job = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+        job.setdefault("training", {}).update(device="cuda", precision=precision)
+        job["tracking"] = {"backend": "none"}
+        target = EXAMPLES / f"{name}-cuda-{precision}.yaml"
+        target.write_text(yaml.safe_dump(job, sort_keys=False))
+        print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
