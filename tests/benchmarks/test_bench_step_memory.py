@@ -150,3 +150,20 @@ def test_cpu_off_measures_no_cpu_cell(tmp_path: Path) -> None:
 
     results = measure(replace(TINY, cpu=False, gpu=False), tmp_path)
     assert results["rows"] == [] and results["gpu"] == {"measured": False, "note": NO_GPU}
+
+
+def test_a_subset_of_kinds_and_precisions(tmp_path: Path) -> None:
+    code = main(["bench", "system", "--out", str(tmp_path), "--preset", "ci", "--parts",
+                 "steps-memory", "--steps-kinds", "eval", "--steps-precisions", "bf16"])
+    assert code == 0
+    rows = json.loads((tmp_path / "system" / "results.json").read_text())["step_memory"]["rows"]
+    assert {(r["device"], r["kind"], r["precision"]) for r in rows} >= {("cpu", "eval", "bf16")}
+    assert all(r["kind"] == "eval" and r["precision"] == "bf16" for r in rows)
+
+
+def test_unknown_kind_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "system", "--out", str(tmp_path), "--preset", "ci", "--parts",
+                 "steps-memory", "--steps-kinds", "client,train"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'client,train'" in err and "generate" in err

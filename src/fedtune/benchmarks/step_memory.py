@@ -304,7 +304,8 @@ def _prepare(cell: Mapping[str, Any], runtime: Runtime, tokenizer: Any
                   max_positions=positions)
         )
         trained = [n for n, _ in student.named_parameters() if ".layers." in n]
-        plan = AlignPlan(steps=steps, lr=1e-4, optimizer="sgd", kl_lambda=1.0, normalize_l2=True)
+        plan = AlignPlan(steps=steps, lr=1e-4, optimizer="sgd", kl_lambda=1.0, normalize_l2=True,
+                         runtime=runtime)
         pair = Pair(student, teacher, student_position=-1, teacher_position=-1)
         batches = _batches(shape, batch, seq, steps + 1)  # align asks for one more to stop
 

@@ -398,6 +398,30 @@ def _add_quality(kinds: Any) -> None:
 
 
 # -- system -------------------------------------------------------------------------------------
+def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
+    """``--steps-kinds`` / ``--steps-precisions``: a subset of the steps-memory cells."""
+    from fedtune.benchmarks.step_memory import KINDS
+
+    changes: dict[str, tuple[str, ...]] = {}
+    for option, field, known in (("steps_kinds", "kinds", KINDS),
+                                 ("steps_precisions", "precisions", ("fp32", "bf16"))):
+        raw = getattr(args, option)
+        if raw is None:
+            continue
+        chosen = _names(raw)
+        if not chosen or set(chosen) - set(known):
+            raise ConfigError(
+                f"unknown --{option.replace('_', '-')} {raw!r}",
+                fix=f"Use some of: {', '.join(known)} (comma-separated).",
+            )
+        changes[field] = tuple(k for k in known if k in chosen)
+    if not changes:
+        return spec
+    return dataclasses.replace(
+        spec, steps_memory=dataclasses.replace(spec.steps_memory, **changes)
+    )
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -433,6 +457,7 @@ def _bench_system(args: argparse.Namespace) -> int:
         spec = dataclasses.replace(
             spec, steps_memory=dataclasses.replace(spec.steps_memory, shape=args.steps_shape)
         )
+    spec = _steps_subset(spec, args)
     if args.steps_devices is not None:
         devices = _names(args.steps_devices)
         if not devices or set(devices) - {"cpu", "cuda"}:
@@ -515,6 +540,16 @@ def _add_system(kinds: Any) -> None:
         help="devices of the steps-memory part: cpu, cuda or cpu,cuda (the default: the CPU, "
         "and CUDA where present); cuda alone measures only the GPU rows (minutes on a GPU, "
         "where the 1b CPU cells take an hour)",
+    )
+    p.add_argument(
+        "--steps-kinds",
+        metavar="KINDS",
+        help="step kinds of the steps-memory part (default all): client, provider, generate, eval",
+    )
+    p.add_argument(
+        "--steps-precisions",
+        metavar="PRECISIONS",
+        help="precisions of the steps-memory part (default both): fp32, bf16",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
     p.add_argument(

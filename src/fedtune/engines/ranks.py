@@ -99,6 +99,8 @@ def launch(size: int, fn: Callable[..., Any], *args: Any) -> Any:
 
     from fedtune.training.deepspeed import free_port
 
+    on_gpus = _ranks_on_gpus(size)
+
     with tempfile.TemporaryDirectory(prefix="fedtune-ranks-") as scratch:
         config = LaunchConfig(
             min_nodes=1,
@@ -118,7 +120,7 @@ def launch(size: int, fn: Callable[..., Any], *args: Any) -> Any:
         # graceful stop (fedtune.engines.stopping) gets its handlers back afterwards.
         handlers = {sig: signal.getsignal(sig) for sig in _HANDLED}
         try:
-            results = elastic_launch(config, _rank)(fn, args, scratch, level)
+            results = elastic_launch(config, _rank)(fn, args, scratch, level, on_gpus)
         except ChildFailedError as failed:
             raise _first_failure(scratch, size, failed) from None
         finally:
@@ -128,8 +130,29 @@ def launch(size: int, fn: Callable[..., Any], *args: Any) -> Any:
     return results[0]
 
 
-def _rank(fn: Callable[..., Any], args: tuple[Any, ...], scratch: str, level: int) -> Any:
+def _ranks_on_gpus(size: int) -> bool:
+    """Whether ``size`` ranks get a GPU each (NCCL). More ranks than visible GPUs (only
+    ``$FEDTUNE_PROVIDER_RANKS`` asks for that: ``provider.gpu`` above the GPUs is refused by
+    :func:`provider_ranks`) run on the CPU over gloo, with the GPUs hidden from them: NCCL
+    refuses two ranks on one device, and ``cuda:1`` does not exist on a one-GPU machine."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    visible = torch.cuda.device_count()
+    if size > visible:
+        log.warning("%d ranks but %d GPU(s) visible: the ranks run on the CPU over gloo",
+                    size, visible)
+        return False
+    return True
+
+
+def _rank(fn: Callable[..., Any], args: tuple[Any, ...], scratch: str, level: int,
+          on_gpus: bool) -> Any:
     """One rank: join the group, run ``fn``, leave; record any error for the launcher."""
+    if not on_gpus:
+        # Before any CUDA call of this process: the job's "auto" device then resolves to the CPU.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
     import torch.distributed as dist
 
@@ -141,7 +164,7 @@ def _rank(fn: Callable[..., Any], args: tuple[Any, ...], scratch: str, level: in
     )
     from fedtune.core import killpoints
 
-    if torch.cuda.is_available():
+    if on_gpus:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl")
     else:
