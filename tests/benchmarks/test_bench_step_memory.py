@@ -167,3 +167,16 @@ def test_unknown_kind_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 2
     err = capsys.readouterr().err
     assert "'client,train'" in err and "generate" in err
+
+
+def test_rows_are_saved_as_they_are_measured(tmp_path: Path) -> None:
+    """A run cut off after some cells keeps them: the partial file is rewritten per cell."""
+    from fedtune.benchmarks.step_memory import measure
+
+    partial = tmp_path / "out" / "step-memory.partial.json"
+    spec = replace(TINY, kinds=("eval",), gpu=False)
+    results = measure(spec, tmp_path / "cells", partial=partial)
+    saved = json.loads(partial.read_text())
+    assert saved["partial"] is True and len(saved["rows"]) == len(results["rows"]) == 2
+    assert [r["precision"] for r in saved["rows"]] == ["fp32", "bf16"]
+    assert not partial.with_name(partial.name + ".tmp").exists()

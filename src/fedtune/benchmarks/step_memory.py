@@ -546,10 +546,23 @@ def _row(cell: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: cell[k] for k in keys}, **report}
 
 
-def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None) -> dict[str, Any]:
+def _save_partial(results: Mapping[str, Any], path: Path | None) -> None:
+    """The rows so far, replaced atomically after each cell: a run cut off (a GPU lease that
+    ends, a timeout) keeps what it measured."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps({**results, "partial": True}, indent=1), encoding="utf-8")
+    scratch.replace(path)
+
+
+def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None,
+            partial: Path | None = None) -> dict[str, Any]:
     """Every CPU cell (unless ``spec.cpu`` is off), one at a time; then the CUDA cells and the
     client speed where CUDA is present, else the :data:`NO_GPU` note. A failed cell carries
-    ``error`` instead of numbers."""
+    ``error`` instead of numbers. With ``partial``, the results so far are written there after
+    every cell (marked ``"partial": true``)."""
     say: Log = log or logger.info
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -576,6 +589,7 @@ def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None) -
                 report = run_fresh("cell", cell, out, spec.timeout_s)
             row = _row(cell, report)
             results["rows"].append(row)
+            _save_partial(results, partial)
             say(f"steps memory {device} {label}: "
                 + (f"peak {row['peak_mib']:,.0f} MiB, {row['tokens_per_s']:,.1f} tokens/s"
                    if "peak_mib" in row else str(row.get("error", "no peak on this system"))))

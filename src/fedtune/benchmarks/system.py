@@ -297,5 +297,7 @@ def run_system(
         from fedtune.benchmarks import step_memory
 
         with tempfile.TemporaryDirectory(prefix="fedtune-steps-memory-") as tmp:
-            results["step_memory"] = step_memory.measure(spec.steps_memory, tmp, say)
+            results["step_memory"] = step_memory.measure(
+                spec.steps_memory, tmp, say, partial=workspace.system_dir / "step-memory.partial.json"
+            )
     return results
