@@ -2,9 +2,12 @@
 # The GPU checks of issue 13 in one command, for a lent GPU machine (see docs/benchmarks.md,
 # "Reproducing on a GPU"): the machine has PyTorch and CUDA but not fedtune's other
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
-#   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh
-# Writes under $OUT: gpu.txt (device, versions, a bf16 matmul ceiling), steps-memory JSON
-# (peak memory per step kind on CUDA, client-step MFU vs a bare PEFT loop, ZeRO-3 rows),
+#   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
+# SECTIONS: speed tests jobs steps (default all, in that order; one device call runs at most
+# 10 minutes, so a lease may need two: `speed tests jobs`, then `steps`).
+# .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
+# bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON (peak memory per step kind on CUDA, ZeRO-3
+# rows; the rows so far in step-memory.partial.json if cut off),
 # pytest.log (precision, rank launcher and DeepSpeed tests on the GPU), jobs.log (example
 # jobs with device cuda, bf16) and their summaries.
 set -u
@@ -17,7 +20,10 @@ else
   export PYTHONPATH=$PWD/src:$PWD
 fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-STEPS_TIMEOUT=${STEPS_TIMEOUT:-330}
+SPEED_TIMEOUT=${SPEED_TIMEOUT:-240}
+STEPS_TIMEOUT=${STEPS_TIMEOUT:-540}
+SECTIONS=" ${*:-speed tests jobs steps} "
+want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
@@ -38,18 +44,34 @@ print(f"bf16 8192^3 matmul: {10 * 2 * 8192**3 / (time.perf_counter() - start) / 
 PY
 } 2>&1 | tee "$OUT/gpu.txt"
 
-echo "== steps-memory + ZeRO-3 server memory on CUDA"
-timeout "$STEPS_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/bench \
-  --parts steps-memory,memory --steps-devices cuda \
-  --record "$OUT/steps-memory-1b-gpu-system.json" > "$OUT/steps.log" 2>&1
-echo "steps-memory exit $?"; tail -45 "$OUT/steps.log"
+if want speed; then
+# The client step's MFU first (two cells and the speed pairs, minutes): on the first lease
+# (2026-11-27) every 1B cell took about a minute and the full part never reached the speed.
+echo "== client-step speed and MFU vs a bare PEFT loop (bf16)"
+timeout "$SPEED_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/bench-speed \
+  --parts steps-memory --steps-devices cuda --steps-kinds client --steps-precisions bf16 \
+  --record "$OUT/steps-memory-1b-gpu-speed-system.json" > "$OUT/speed.log" 2>&1
+echo "speed exit $?"; grep -E "steps memory|fedtune / bare|client step" "$OUT/speed.log"
+fi
 
+if want steps; then
+echo "== every step kind on CUDA + ZeRO-3 server memory (rows saved as they come)"
+timeout "$STEPS_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/bench \
+  --parts memory,steps-memory --steps-devices cuda \
+  --record "$OUT/steps-memory-1b-gpu-system.json" > "$OUT/steps.log" 2>&1
+echo "steps-memory exit $?"; grep -E "steps memory|server memory" "$OUT/steps.log"
+cp /tmp/bench/system/step-memory.partial.json "$OUT/" 2>/dev/null
+fi
+
+if want tests; then
 echo "== tests on the GPU"
 timeout 150 python3 -m pytest -q -p no:cacheprovider \
   tests/unit/training/test_precision.py tests/unit/core/test_ranks_launcher.py \
   tests/unit/fedbiot/test_fedbiot_deepspeed.py > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -15 "$OUT/pytest.log"
+fi
 
+if want jobs; then
 echo "== example jobs, device cuda, bf16"
 python3 scripts/gpu_jobs.py bf16 > /dev/null
 for job in quickstart fedbiot fedpt; do
@@ -58,3 +80,5 @@ for job in quickstart fedbiot fedpt; do
     --summary-json "$OUT/$job-cuda-bf16.json" >> "$OUT/jobs.log" 2>&1
   echo "$job exit $? in $SECONDS s"
 done | tee -a "$OUT/jobs.log"
+fi
+
