@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from fedtune.core.errors import StoreError
 from fedtune.storage import LocalStore, open_store
-from fedtune.storage.keys import TEMP_SUFFIX
+from fedtune.storage.keys import SIDECAR_SUFFIX, TEMP_SUFFIX
 
 
 def _files(root: Path) -> list[str]:
@@ -94,3 +95,66 @@ def test_child_path_and_uri(tmp_path: Path) -> None:
     assert isinstance(child, LocalStore)
     assert child.path == tmp_path / "tenants" / "a"
     assert child.uri == (tmp_path / "tenants" / "a").as_uri()
+
+
+class _ReadDuringBlobWrite(LocalStore):
+    """A local store that runs ``during`` once, just before it replaces a blob: a reader (or
+    another writer) that comes at the worst moment of a write."""
+
+    during: Callable[[], None] | None = None
+
+    def _write(self, name: str, data: bytes) -> None:
+        if self.during is not None and not name.endswith(SIDECAR_SUFFIX):
+            during, self.during = self.during, None
+            during()
+        super()._write(name, data)
+
+
+def test_rewriting_the_same_bytes_never_hides_the_checksum_from_readers(tmp_path: Path) -> None:
+    """Two KFP tasks publishing one deterministic message at once (the per-tenant final steps
+    both writing the final broadcast) made one task's read fail with "no .sha256 checksum":
+    the second writer took the sidecar away while it rewrote identical bytes."""
+    first = LocalStore(str(tmp_path))
+    first.put_bytes("final/broadcast.json", b'{"round": 8}')
+    second = _ReadDuringBlobWrite(str(tmp_path))
+    seen: list[bytes] = []
+    second.during = lambda: seen.append(first.get_bytes("final/broadcast.json"))
+    second.put_bytes("final/broadcast.json", b'{"round": 8}')
+    assert first.get_bytes("final/broadcast.json") == b'{"round": 8}'
+    assert seen in ([], [b'{"round": 8}'])  # never the missing-checksum StoreError
+
+
+def test_a_writer_that_found_no_checksum_leaves_a_finished_writers_one(tmp_path: Path) -> None:
+    """Writer B reads "no sidecar", writer A then finishes the same message, B goes on: B must
+    not remove A's sidecar while A's reader reads."""
+    writer_a = LocalStore(str(tmp_path))
+    writer_b = _ReadDuringBlobWrite(str(tmp_path))
+    read: list[bytes] = []
+
+    def a_finishes_and_reads() -> None:
+        writer_a.put_bytes("k.json", b"same")
+        read.append(writer_a.get_bytes("k.json"))
+
+    writer_b.during = a_finishes_and_reads
+    writer_b.put_bytes("k.json", b"same")
+    assert read == [b"same"] and writer_a.get_bytes("k.json") == b"same"
+
+
+def test_new_bytes_still_hide_the_old_checksum_while_the_blob_is_replaced(tmp_path: Path) -> None:
+    """Different content: a reader in the middle sees the key as incomplete, never the new blob
+    against the old checksum."""
+    plain = LocalStore(str(tmp_path))
+    plain.put_bytes("k.json", b"old")
+    store = _ReadDuringBlobWrite(str(tmp_path))
+    errors: list[str] = []
+
+    def read() -> None:
+        try:
+            plain.get_bytes("k.json")
+        except StoreError as exc:
+            errors.append(str(exc))
+
+    store.during = read
+    store.put_bytes("k.json", b"new")
+    assert len(errors) == 1 and "no .sha256 checksum" in errors[0]
+    assert plain.get_bytes("k.json") == b"new"
