@@ -242,7 +242,6 @@ def _add_pretrain(kinds: Any) -> None:
 def _bench_quality(args: argparse.Namespace) -> int:
     from fedtune.benchmarks.presets import get_preset
     from fedtune.benchmarks.provenance import provenance
-    from fedtune.benchmarks.provenance import source_commit
     from fedtune.benchmarks.quality import run_quality
     from fedtune.benchmarks.report import plot_rounds, quality_markdown
     from fedtune.core.errors import ConfigError
@@ -298,7 +297,8 @@ def _bench_quality(args: argparse.Namespace) -> int:
     results = run_quality(workspace, spec, log=out.print)
     results["provenance"] = measured
     results["preset"] = args.preset + (" --smoke" if args.smoke else "")
-    results["commit"] = source_commit()
+    # The commit the run started from, not the one checked out when it ends (hours later).
+    results["commit"] = measured["measured_at_commit"]
     out_dir = workspace.quality_dir
     _write_json(out_dir / "results.json", results)
     markdown = quality_markdown(results)
@@ -485,8 +485,9 @@ def _bench_system(args: argparse.Namespace) -> int:
             fix=f"Use some of: {', '.join(known)}.",
         )
     workspace = _workspace(args)
+    commit = source_commit()  # before the run: the code that runs is the code checked out now
     results = run_system(workspace, spec, log=out.print, parts=parts)
-    results["commit"] = source_commit()
+    results["commit"] = commit
     out_dir = workspace.system_dir
     _write_json(out_dir / "results.json", results)
     markdown = system_markdown(results)
