@@ -125,6 +125,13 @@ PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
         "fedbiot@dropout=0.2@adapter_size=4@adapter_placement=edges",
         "FedBiOT (Wu et al. 2024), Algorithm 2's choice: the adapter at the top beats first 2 + last 2",
     ),
+    # FedOT's adapter is 4 layers (first 2 + last 2), FedBiOT's default 2: AdapEmu at equal size.
+    Claim(
+        "fedbiot@dropout=0.2@adapter_size=4",
+        "fedot@dropout=0.2",
+        "FedBiOT (Wu et al. 2024), ablation: AdapEmu beats FedOT with an adapter of FedOT's size",
+        metric="adapemu/em",
+    ),
     Claim("fedpt", "fedavg-small", "FedPT (paper 002): beats federated tuning of the small model"),
     Claim("fedpt", "fedavg-pt", "FedPT (paper 002): distillation beats FedAvg+PT"),
     Claim("fedavg-pt", "fedavg-small", "FedPT (paper 002), Table 1: proxy-tuning beats the small model"),
