@@ -6,10 +6,10 @@
 # SECTIONS: speed tests jobs steps (default all, in that order; one device call runs at most
 # 10 minutes, so a lease may need two: `speed tests jobs`, then `steps`).
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
-# bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON (peak memory per step kind on CUDA, ZeRO-3
-# rows; the rows so far in step-memory.partial.json if cut off),
-# pytest.log (precision, rank launcher and DeepSpeed tests on the GPU), jobs.log (example
-# jobs with device cuda, bf16) and their summaries.
+# bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
+# (peak memory per step kind on CUDA, ZeRO-3 rows; the rows so far in
+# step-memory.partial.json if cut off), pytest.log (precision, rank launcher and DeepSpeed
+# tests on the GPU), jobs.log (example jobs with device cuda, bf16) and their summaries.
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
 if [ -d .whl ]; then

@@ -399,22 +399,36 @@ def _add_quality(kinds: Any) -> None:
 
 # -- system -------------------------------------------------------------------------------------
 def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
-    """``--steps-kinds`` / ``--steps-precisions``: a subset of the steps-memory cells."""
+    """``--steps-kinds`` / ``--steps-precisions`` / ``--steps-devices``: a subset of the
+    steps-memory cells."""
     from fedtune.benchmarks.step_memory import KINDS
 
-    changes: dict[str, tuple[str, ...]] = {}
-    for option, field, known in (("steps_kinds", "kinds", KINDS),
-                                 ("steps_precisions", "precisions", ("fp32", "bf16"))):
+    chosen: dict[str, tuple[str, ...]] = {}
+    for option, known in (("steps_kinds", KINDS), ("steps_precisions", ("fp32", "bf16")),
+                          ("steps_devices", ("cpu", "cuda"))):
         raw = getattr(args, option)
         if raw is None:
             continue
-        chosen = _names(raw)
-        if not chosen or set(chosen) - set(known):
+        names = _names(raw)
+        if not names or set(names) - set(known):
             raise ConfigError(
                 f"unknown --{option.replace('_', '-')} {raw!r}",
-                fix=f"Use some of: {', '.join(known)} (comma-separated).",
+                fix=f"Use some of: {','.join(known)} (comma-separated).",
             )
-        changes[field] = tuple(k for k in known if k in chosen)
+        chosen[option] = tuple(k for k in known if k in names)
+    changes: dict[str, Any] = {}
+    if "steps_kinds" in chosen:
+        changes["kinds"] = chosen["steps_kinds"]
+    if "steps_precisions" in chosen:
+        changes["precisions"] = chosen["steps_precisions"]
+    devices = chosen.get("steps_devices")
+    if devices is not None:
+        if devices == ("cuda",) and not _cuda_available():
+            raise ConfigError(
+                "--steps-devices cuda asks for the GPU rows only, but CUDA reports no device",
+                fix="Run it on a machine with a GPU, or add cpu (--steps-devices cpu,cuda).",
+            )
+        changes.update(cpu="cpu" in devices, gpu="cuda" in devices)
     if not changes:
         return spec
     return dataclasses.replace(
@@ -458,24 +472,6 @@ def _bench_system(args: argparse.Namespace) -> int:
             spec, steps_memory=dataclasses.replace(spec.steps_memory, shape=args.steps_shape)
         )
     spec = _steps_subset(spec, args)
-    if args.steps_devices is not None:
-        devices = _names(args.steps_devices)
-        if not devices or set(devices) - {"cpu", "cuda"}:
-            raise ConfigError(
-                f"unknown --steps-devices {args.steps_devices!r}",
-                fix="Use cpu, cuda or cpu,cuda.",
-            )
-        if devices == ("cuda",) and not _cuda_available():
-            raise ConfigError(
-                "--steps-devices cuda asks for the GPU rows only, but CUDA reports no device",
-                fix="Run it on a machine with a GPU, or add cpu (--steps-devices cpu,cuda).",
-            )
-        spec = dataclasses.replace(
-            spec,
-            steps_memory=dataclasses.replace(
-                spec.steps_memory, cpu="cpu" in devices, gpu="cuda" in devices
-            ),
-        )
     parts = _names(args.parts)
     known = ("client", "engine", "bytes", "memory", "steps-memory", "peer", "secagg")
     unknown = sorted(set(parts) - set(known))
