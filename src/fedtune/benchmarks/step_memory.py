@@ -229,21 +229,25 @@ def _batches(shape: LlamaShape, batch_size: int, seq_len: int, count: int) -> li
 
 def _base(shape: LlamaShape, runtime: Runtime, tokenizer: Any, *, num_layers: int | None = None,
           seed: int = 0, max_positions: int = 256) -> Any:
-    """A frozen base model as :func:`fedtune.training.context.build_model` builds one."""
-    model = build_tiny_model(
-        "llama",
-        vocab_size=shape.vocab_size,
-        hidden_size=shape.hidden_size,
-        num_layers=shape.num_layers if num_layers is None else num_layers,
-        num_heads=shape.num_heads,
-        intermediate_size=shape.intermediate_size,
-        max_position_embeddings=max_positions,
-        seed=seed,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype=runtime.dtype,
-    )
+    """A frozen base model as :func:`fedtune.training.context.build_model` builds one, except
+    that the random weights are created on the runtime's device (values do not matter here, and
+    initialising a 1B model on one CPU core takes 8-14 s; on the first GPU lease every 1B cell
+    took about a minute, cause not established, so each report states its ``build_s``)."""
+    with runtime.device:
+        model = build_tiny_model(
+            "llama",
+            vocab_size=shape.vocab_size,
+            hidden_size=shape.hidden_size,
+            num_layers=shape.num_layers if num_layers is None else num_layers,
+            num_heads=shape.num_heads,
+            intermediate_size=shape.intermediate_size,
+            max_position_embeddings=max_positions,
+            seed=seed,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            dtype=runtime.dtype,
+        )
     for param in model.parameters():
         param.requires_grad_(False)
     return runtime.place(model)
@@ -357,7 +361,9 @@ def measure_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
     runtime = Runtime(device=device, precision=cell["precision"],
                       gradient_checkpointing=cell["checkpointing"])
     tokenizer = load_tokenizer("builtin")
+    started = time.perf_counter()
     step, tokens_per_step, facts = _prepare(cell, runtime, tokenizer)
+    build_s = time.perf_counter() - started
     gc.collect()
     cuda = device.type == "cuda"
     if cuda:
@@ -378,6 +384,7 @@ def measure_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
         "device": str(device),
         "threads": torch.get_num_threads(),
         **facts,
+        "build_s": build_s,
         "steps": len(durations),
         "seconds_per_step": seconds,
         "tokens_per_step": tokens_per_step,
@@ -412,6 +419,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     shape = LlamaShape(**cell["shape"])
     batch, seq, steps = cell["speed_batch_size"], cell["speed_seq_len"], cell["speed_steps"]
     positions = max(256, seq)
+    started = time.perf_counter()
     model, params = _client_model(cell, shape, runtime, tokenizer, positions)
     config = _training_config(cell, runtime, steps, batch, seq)
     batches = _batches(shape, batch, seq, steps)
@@ -422,6 +430,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
                    target_modules=list(ALL_LINEAR), task_type="CAUSAL_LM"),
     )
     bare_params = [p for p in bare.parameters() if p.requires_grad]
+    build_s = time.perf_counter() - started
     now = _clock(device)
 
     def fedtune_run() -> float:
@@ -468,6 +477,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
         "seq_len": seq,
         "steps": steps,
         "reps": cell["speed_reps"],
+        "build_s": build_s,
         "frozen_matmul_parameters": frozen,
         "trainable": trainable,
         "flops_per_token": flops,
