@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -485,9 +485,21 @@ def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
         "|---|---:|---:|",
         f"| fedtune client step | {speed['fedtune_tokens_per_s']:,.0f} | {share(speed['fedtune_mfu'])} |",
         f"| bare PEFT loop | {speed['bare_tokens_per_s']:,.0f} | {share(speed['bare_mfu'])} |",
+        *_compiled_row(speed.get("compiled_bare"), share),
         "",
         f"fedtune / bare time: **{speed['ratio']:.3f}** (aim <= 1.05; MFU aim >= 40 %).",
         "",
+    ]
+
+
+def _compiled_row(compiled: Mapping[str, Any] | None,
+                  share: Callable[[float | None], str]) -> list[str]:
+    """The torch.compile reference row, where it was measured (CUDA only)."""
+    if not compiled:
+        return []
+    return [
+        f"| bare PEFT loop + `torch.compile` (reference; first run {compiled['first_run_s']:.0f} s, "
+        f"compiling) | {compiled['tokens_per_s']:,.0f} | {share(compiled.get('mfu'))} |"
     ]
 
 

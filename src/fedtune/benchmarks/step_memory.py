@@ -406,7 +406,9 @@ def measure_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
 def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     """fedtune's client step (:func:`train_local`) against a bare PEFT loop on the same model
     shape, batches and optimizer, alternating, ``speed_reps`` pairs after a warm-up each;
-    tokens/s (best of the reps) and MFU (:func:`client_flops_per_token`).
+    tokens/s (best of the reps) and MFU (:func:`client_flops_per_token`). On CUDA also the bare
+    loop under ``torch.compile`` (best of ``speed_reps`` after its compiling first run), as a
+    reference for what compilation would add; fedtune does not compile.
 
     Runs on any device (the tests run it on the CPU at a tiny shape); the benchmark calls it
     only on CUDA.
@@ -460,6 +462,12 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
             b = bare_run()
             pairs.append((fedtune_run(), b))
     tokens = batch * seq * steps
+    compiled: dict[str, float] | None = None
+    if device.type == "cuda":  # a reference, not fedtune: what torch.compile makes of the bare loop
+        bare = torch.compile(bare)  # bare_run reads this binding
+        first_s = bare_run()  # compiles
+        compiled = {"first_run_s": first_s,
+                    "tokens_per_s": tokens / min(bare_run() for _ in range(cell["speed_reps"]))}
     frozen = sum(p.numel() for n, p in model.named_parameters()
                  if p.dim() == 2 and not p.requires_grad and "embed_tokens" not in n)
     trainable = sum(p.numel() for p in params.values())
@@ -470,6 +478,8 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     bare_tps = tokens / min(b for _, b in pairs)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peak_bf16_flops(name) if device.type == "cuda" else None
+    if compiled is not None and peak:
+        compiled["mfu"] = mfu(compiled["tokens_per_s"], flops, peak)
     return {
         "device": name,
         "precision": cell["precision"],
@@ -489,6 +499,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
         "fedtune_mfu": mfu(fedtune_tps, flops, peak) if peak else None,
         "bare_mfu": mfu(bare_tps, flops, peak) if peak else None,
         "pairs": [{"fedtune": f, "bare": b} for f, b in pairs],
+        "compiled_bare": compiled,
     }
 
 

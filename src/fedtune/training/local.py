@@ -176,27 +176,28 @@ def train_local(
             next(batches)
     started = time.perf_counter()
     step = len(losses)
-    for batch in batches:
-        if part is not None and part.stop is not None and step == part.stop:
-            part.save(_checkpoint(part, params, optimizer, losses, tokens,
-                                  spent + time.perf_counter() - started))
-            raise Suspended(step)
-        step += 1
-        optimizer.zero_grad(set_to_none=True)
-        with runtime.autocast():
-            loss = model(**runtime.batch(batch)).loss
-        total = loss + regularizer(params) if regularizer is not None else loss
-        stepper.backward(total)
-        if grad_correction is not None:
-            stepper.unscale()  # the correction is added to true gradients
-            for name, param in params.items():
-                if param.grad is not None:
-                    param.grad.add_(grad_correction[name].to(param.grad.device))
-        stepper.step()
-        losses.append(float(loss.detach()))
-        tokens += int((batch["labels"] != -100).sum())
-        if progress is not None:
-            progress(step, losses[-1])
+    with runtime.adapter_inputs_uncast(model):  # autocast recasts them anyway
+        for batch in batches:
+            if part is not None and part.stop is not None and step == part.stop:
+                part.save(_checkpoint(part, params, optimizer, losses, tokens,
+                                      spent + time.perf_counter() - started))
+                raise Suspended(step)
+            step += 1
+            optimizer.zero_grad(set_to_none=True)
+            with runtime.autocast():
+                loss = model(**runtime.batch(batch)).loss
+            total = loss + regularizer(params) if regularizer is not None else loss
+            stepper.backward(total)
+            if grad_correction is not None:
+                stepper.unscale()  # the correction is added to true gradients
+                for name, param in params.items():
+                    if param.grad is not None:
+                        param.grad.add_(grad_correction[name].to(param.grad.device))
+            stepper.step()
+            losses.append(float(loss.detach()))
+            tokens += int((batch["labels"] != -100).sum())
+            if progress is not None:
+                progress(step, losses[-1])
     model.eval()
     seconds = spent + time.perf_counter() - started
     mean = sum(losses) / len(losses) if losses else float("nan")

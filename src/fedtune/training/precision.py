@@ -91,6 +91,22 @@ class Runtime:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
+    def adapter_inputs_uncast(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """While mixed precision trains ``model``, PEFT's LoRA layers take their inputs as they
+        come instead of casting them to the fp32 adapter's dtype first: autocast casts them
+        straight back for the matmul, so with LoRA dropout 0 the products (and gradients) are
+        bitwise the same, minus two full-activation casts per adapted layer and pass. On an
+        H100 (1B Llama, LoRA on every linear layer, bf16) those casts were about a fifth of the
+        client step's GPU time (docs/benchmarks.md). With dropout > 0 the drop mask is drawn for
+        the bf16 tensor, so it may differ from the fp32 one (same distribution). Nothing changes
+        for fp32 or for a model without PEFT layers; use it around forward passes that run under
+        :meth:`autocast` only (without autocast a bf16 input would meet fp32 adapter weights)."""
+        if not self.mixed:
+            return contextlib.nullcontext()
+        from peft.helpers import disable_input_dtype_casting  # peft imports lazily, as elsewhere
+
+        return disable_input_dtype_casting(model)
+
     def master(self, params: Mapping[str, nn.Parameter] | Sequence[nn.Parameter]) -> None:
         """Keep the weights about to be trained in fp32 (in place), as PEFT keeps LoRA
         adapters: a bf16/fp16 model trains fp32 master weights under autocast, so updates,

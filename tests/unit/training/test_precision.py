@@ -97,6 +97,54 @@ def test_cuda_without_cuda_is_a_config_error() -> None:
     assert "auto" in info.value.fix and info.value.exit_code == 2
 
 
+def lora_a_input_dtypes(model: torch.nn.Module) -> tuple[set[torch.dtype], list[Any]]:
+    """Record the dtype of every input a LoRA ``A`` matrix receives."""
+    seen: set[torch.dtype] = set()
+    hooks = [module.register_forward_pre_hook(lambda _m, args: seen.add(args[0].dtype))
+             for name, module in model.named_modules() if name.endswith("lora_A.default")]
+    return seen, hooks
+
+
+def test_bf16_training_feeds_lora_its_bf16_inputs_with_the_same_gradients() -> None:
+    job = tiny_job(precision="bf16", device="cpu")
+    ctx = ProviderContext.from_job(job)
+    model = ctx.peft_model()
+    runtime = Runtime.of(job.training)
+    batch = batches(len(ctx.tokenizer()))[0]
+    seen, hooks = lora_a_input_dtypes(model)
+
+    def gradients(uncast: bool) -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        with runtime.adapter_inputs_uncast(model) if uncast else contextlib.nullcontext():
+            with runtime.autocast():
+                model(**batch).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    cast = gradients(uncast=False)
+    assert seen == {torch.float32}  # PEFT's own cast to the fp32 adapter
+    seen.clear()
+    uncast = gradients(uncast=True)
+    assert seen == {torch.bfloat16}  # as they come: autocast casts once, for the matmul
+    assert cast.keys() == uncast.keys()
+    for name, grad in cast.items():
+        assert torch.equal(grad, uncast[name]), name  # bitwise: the cast was wasted work
+
+    seen.clear()  # train_local does it for the whole loop, and restores PEFT's default after
+    train_local(model, lora_helpers.trainable_parameters(model), iter(batches(len(ctx.tokenizer()))),
+                job.training, seed=1)
+    assert seen == {torch.bfloat16}
+    seen.clear()
+    model(**batch)
+    assert seen == {torch.float32}
+    for hook in hooks:
+        hook.remove()
+
+
+def test_fp32_training_leaves_lora_input_casting_alone() -> None:
+    model = ProviderContext.from_job(tiny_job(device="cpu")).peft_model()
+    assert isinstance(Runtime().adapter_inputs_uncast(model), contextlib.nullcontext)
+
+
 def test_cuda_with_cpu_workers_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="worker_devices: cpu"):
         parse_job({**tiny_job().model_dump(mode="json"), "training": {"device": "cuda"},
