@@ -3,8 +3,8 @@
 # "Reproducing on a GPU"): the machine has PyTorch and CUDA but not fedtune's other
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
 #   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
-# SECTIONS: speed tests jobs steps (default all, in that order; one device call runs at most
-# 10 minutes, so a lease may need two: `speed tests jobs`, then `steps`).
+# SECTIONS: speed tests jobs steps (default all, in that order; on an H100 `speed steps` took
+# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call).
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
 # bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
 # (peak memory per step kind on CUDA, ZeRO-3 rows; the rows so far in
@@ -45,8 +45,8 @@ PY
 } 2>&1 | tee "$OUT/gpu.txt"
 
 if want speed; then
-# The client step's MFU first (two cells and the speed pairs, minutes): on the first lease
-# (2026-11-27) every 1B cell took about a minute and the full part never reached the speed.
+# The client step's MFU first (two cells, the speed pairs and the compiled reference: about
+# 90 s on an H100, a minute of it compiling), so a lease cut short still has it.
 echo "== client-step speed and MFU vs a bare PEFT loop (bf16)"
 timeout "$SPEED_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/bench-speed \
   --parts steps-memory --steps-devices cuda --steps-kinds client --steps-precisions bf16 \

@@ -15,6 +15,11 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
   $(pinned pydantic pydantic_core annotated-types typing-inspection boto3 botocore s3transfer \
     jmespath cryptography cffi pycparser httpx2 httpcore2 truststore huggingface_hub \
     transformers peft accelerate hjson tokenizers safetensors nltk)
+# Two platform tags can fetch two builds of one release (cryptography: manylinux_2_28 and
+# _2_34), and pip refuses to install both: keep the older glibc's.
+for project in $(ls .whl | cut -d- -f1 | sort | uniq -d); do
+  ls .whl/"$project"-*.whl | sort | tail -n +2 | xargs rm -f
+done
 # Published as source only: built into pure-Python wheels here.
 $PIP wheel --quiet --no-deps -w .whl $(pinned deepspeed rouge-score)
 ls .whl

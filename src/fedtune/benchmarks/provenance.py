@@ -28,13 +28,12 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def source_commit() -> str:
-    """The commit of the checkout this package runs from (see :func:`git_commit`); outside a
-    git checkout (a container image, a copy on a GPU machine) ``FEDTUNE_SOURCE_COMMIT`` as
-    the image's build or the copy's sender set it, else ``unknown``."""
-    found = git_commit(Path(__file__).resolve().parent)
-    if found:
-        return found
-    return os.environ.get("FEDTUNE_SOURCE_COMMIT", "").strip() or "unknown"
+    """The commit of the code this package runs: ``FEDTUNE_SOURCE_COMMIT`` where the sender of
+    a copy set it (a container image's build, a copy on a GPU machine, whose ``.git`` can be
+    older than the files beside it: the first GPU lease's copy said ``92b84fe+dirty`` while
+    running 2f666cf), else the checkout's (see :func:`git_commit`), else ``unknown``."""
+    named = os.environ.get("FEDTUNE_SOURCE_COMMIT", "").strip()
+    return named or git_commit(Path(__file__).resolve().parent) or "unknown"
 
 
 def provenance(command: str) -> dict[str, Any]:
