@@ -190,27 +190,28 @@ def distil(
     model.train()
     ce_values: list[float] = []
     kd_values: list[float] = []
-    for idx in batch_indices(len(rows), settings.batch_size, steps, settings.seed):
-        batch = runtime.batch(collate([rows[i] for i in idx], settings.pad_id))
-        with runtime.autocast():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        ce_sum = logits.new_zeros((), dtype=torch.float32)
-        kd_sum = logits.new_zeros((), dtype=torch.float32)
-        ce_n = kd_n = 0
-        for b, i in enumerate(idx):
-            ce, kd, n = row_loss(logits[b], rows[i], settings.vocab_size, teachers_by_row.get(i))
-            ce_sum, ce_n = ce_sum + ce, ce_n + n
-            if kd is not None:
-                kd_sum, kd_n = kd_sum + kd, kd_n + n
-        ce_mean = ce_sum / max(ce_n, 1)
-        kd_mean = kd_sum / max(kd_n, 1)
-        loss = weighted_ce_kd(ce_mean, kd_mean, settings.ce_weight)
-        optimizer.zero_grad(set_to_none=True)
-        stepper.backward(loss)
-        stepper.step()
-        ce_values.append(float(ce_mean.detach()))
-        if kd_n:
-            kd_values.append(float(kd_mean.detach()))
+    with runtime.adapter_inputs_uncast(model):  # autocast recasts LoRA inputs anyway
+        for idx in batch_indices(len(rows), settings.batch_size, steps, settings.seed):
+            batch = runtime.batch(collate([rows[i] for i in idx], settings.pad_id))
+            with runtime.autocast():
+                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            ce_sum = logits.new_zeros((), dtype=torch.float32)
+            kd_sum = logits.new_zeros((), dtype=torch.float32)
+            ce_n = kd_n = 0
+            for b, i in enumerate(idx):
+                ce, kd, n = row_loss(logits[b], rows[i], settings.vocab_size, teachers_by_row.get(i))
+                ce_sum, ce_n = ce_sum + ce, ce_n + n
+                if kd is not None:
+                    kd_sum, kd_n = kd_sum + kd, kd_n + n
+            ce_mean = ce_sum / max(ce_n, 1)
+            kd_mean = kd_sum / max(kd_n, 1)
+            loss = weighted_ce_kd(ce_mean, kd_mean, settings.ce_weight)
+            optimizer.zero_grad(set_to_none=True)
+            stepper.backward(loss)
+            stepper.step()
+            ce_values.append(float(ce_mean.detach()))
+            if kd_n:
+                kd_values.append(float(kd_mean.detach()))
     model.eval()
     return {
         "steps": float(steps),

@@ -15,6 +15,7 @@ in the provider's store (``fedpt/large-logprobs-<digest>.safetensors``, float16)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -355,25 +356,27 @@ def distill(
     kl_values: list[float] = []
     torch.manual_seed(seed)
     try:
-        for idx in batch_indices(len(rows), config.kd_batch_size, config.kd_steps, seed):
-            batch = collate([rows[i] for i in idx], pad_id)
-            with runtime.autocast():
-                logits = forward(
-                    input_ids=batch["input_ids"].to(device),
-                    attention_mask=batch["attention_mask"].to(device),
-                ).logits.cpu()
-            loss, ce, kl = eq5_loss(
-                logits, [rows[i] for i in idx], [teacher[i] for i in idx], config.gamma
-            )
-            if engine is not None:
-                engine.backward(loss)
-                engine.step()
-            else:
-                optimizer.zero_grad(set_to_none=True)
-                stepper.backward(loss)
-                stepper.step()
-            ce_values.append(ce)
-            kl_values.append(kl)
+        # Autocast recasts LoRA inputs anyway (DeepSpeed's bf16 casts the adapters themselves).
+        with runtime.adapter_inputs_uncast(student) if engine is None else contextlib.nullcontext():
+            for idx in batch_indices(len(rows), config.kd_batch_size, config.kd_steps, seed):
+                batch = collate([rows[i] for i in idx], pad_id)
+                with runtime.autocast():
+                    logits = forward(
+                        input_ids=batch["input_ids"].to(device),
+                        attention_mask=batch["attention_mask"].to(device),
+                    ).logits.cpu()
+                loss, ce, kl = eq5_loss(
+                    logits, [rows[i] for i in idx], [teacher[i] for i in idx], config.gamma
+                )
+                if engine is not None:
+                    engine.backward(loss)
+                    engine.step()
+                else:
+                    optimizer.zero_grad(set_to_none=True)
+                    stepper.backward(loss)
+                    stepper.step()
+                ce_values.append(ce)
+                kl_values.append(kl)
         if engine is not None:
             # Read back through DeepSpeed (gathered under ZeRO-3) by the module's own names.
             trained = engine.state(n for n, p in student.named_parameters() if p.requires_grad)
