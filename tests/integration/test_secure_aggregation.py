@@ -13,7 +13,7 @@ from fedtune.algorithms.fedavg import FedAvg
 from fedtune.config import JobConfig
 from fedtune.core.errors import SecureAggregationError
 from fedtune.core.messages import Update
-from fedtune.engines import layout
+from fedtune.engines import layout, secagg_steps, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
 
@@ -186,3 +186,19 @@ def test_an_update_over_the_norm_bound_is_refused_by_its_tenant_as_the_provider_
     assert not layout.JobStores(secure).exchange("tenant-b").exists(f"{layout.update_key(1)}.json")
     a, b = final_adapter(plain), final_adapter(secure)
     assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+def test_a_retried_client_step_reports_the_sizes_of_the_upload_it_finds(
+    make_job: Callable[..., JobConfig], secure: bool
+) -> None:
+    """A pod retried after its upload (kfp's retry of a task whose process died at exit) skips
+    the work and reports what the first attempt did, so the round's byte metrics do not depend
+    on retries (they once halved ``secagg/plain_update_bytes`` on kfp-local)."""
+    job = make_job(rounds=1, **({"secure_aggregation": SECURE} if secure else {}))
+    first = run_job(job, NullTracker(), QUIET)["rounds"][0]["tenants"]["tenant-a"]
+    step = secagg_steps.client_step if secure else steps.client_step
+    again = step(steps.TenantEnv.create(job, "tenant-a"), 1)
+    assert again["skipped"]
+    assert again["raw_bytes"] > 0
+    assert (again["bytes"], again["raw_bytes"]) == (first["bytes_received"], first["raw_update_bytes"])

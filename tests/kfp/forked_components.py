@@ -1,4 +1,5 @@
-"""Two tiny components for the forked-task test: one writes a file, one fails loudly.
+"""Tiny components for the forked-task tests: one writes a file, one fails loudly, one is
+killed by a signal.
 
 No ``from __future__ import annotations``: kfp reads the parameter annotations as types.
 """
@@ -22,3 +23,12 @@ def write_pid(path: str) -> str:
 def fail(message: str) -> None:
     """Raise ``message``."""
     raise ValueError(message)
+
+
+@dsl.component(install_kfp_package=False)
+def killed() -> None:
+    """End this task's process with SIGKILL, as the out-of-memory killer would."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -46,4 +46,27 @@ def test_a_failing_forked_task_fails_the_run_and_prints_its_error(
             fail(message="the step broke: fix the job")
     finally:
         builtins.print = printer
-    assert "ValueError: the step broke: fix the job" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ValueError: the step broke: fix the job" in out
+    assert "fedtune: the task's process ended with exit status 1" in out
+
+
+def test_a_task_killed_by_a_signal_says_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kfp import local
+
+    from tests.kfp.forked_components import killed
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        raise_on_error=True,
+    )
+    printer = builtins.print
+    try:
+        with forked_tasks(), pytest.raises(RuntimeError, match="FAILURE"):
+            killed()
+    finally:
+        builtins.print = printer
+    assert "fedtune: the task's process ended with signal SIGKILL" in capsys.readouterr().out

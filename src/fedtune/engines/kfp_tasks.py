@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -71,8 +72,21 @@ def run_task(command: list[str], env_vars: dict[str, str] | None = None) -> int:
         text = Path(log.name).read_text("utf-8", errors="replace")
     for line in text.splitlines():
         print(line)
+    code = int(process.exitcode or 0)
+    if code:  # kfp.local reports only FAILURE: say how the process ended, for whoever reads why
+        print(f"fedtune: the task's process ended with {_ending(code)}")
     print("\n")
-    return int(process.exitcode or 0)
+    return code
+
+
+def _ending(code: int) -> str:
+    """``exit status 1`` or, for a process killed by a signal (negative code), its name."""
+    if code > 0:
+        return f"exit status {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
 
 
 @contextmanager

@@ -430,8 +430,9 @@ def _run_in_process(job: JobConfig, kind: StepKind, round_index: int, tenant: st
 
 def _update_result(store: Store, key: str, extra: dict[str, Any]) -> dict[str, Any]:
     update = Update.load(store, key)
-    size = len(store.get_bytes(f"{key}.safetensors")) + len(store.get_bytes(f"{key}.json"))
-    return {"bytes": size, "raw_bytes": update.nbytes, "meta": update.meta, **extra}
+    plain = update.meta.get("secagg", {}).get("plain_bytes")  # a masked upload's unmasked size
+    return {"bytes": steps.stored_size(store, key),
+            "raw_bytes": update.nbytes if plain is None else plain, "meta": update.meta, **extra}
 
 
 class KubernetesJobApi:

@@ -36,7 +36,13 @@ from fedtune.aggregation.validation import check_update_norm
 from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
-from fedtune.engines.steps import TenantEnv, _check_sample_count, sample_clients, train_client
+from fedtune.engines.steps import (
+    TenantEnv,
+    _check_sample_count,
+    sample_clients,
+    stored_size,
+    train_client,
+)
 from fedtune.secagg import fixedpoint, identity, vector
 from fedtune.secagg import protocol as p
 
@@ -194,8 +200,10 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
 def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     """Tenant: train, check the update here (the provider cannot), mask it and upload."""
     key = layout.update_key(round_index)
-    if Update.stored(env.exchange, key):
-        return {"skipped": True, "meta": env.exchange.get_json(f"{key}.json")}
+    if Update.stored(env.exchange, key):  # a retry after the upload: report what it reported
+        meta = env.exchange.get_json(f"{key}.json")
+        return {"skipped": True, "bytes": stored_size(env.exchange, key),
+                "raw_bytes": meta.get("secagg", {}).get("plain_bytes"), "meta": meta}
     started = time.perf_counter()
     name = env.tenant.name
     roster, keys_ = _roster(env, round_index)
@@ -213,7 +221,10 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     broadcast = Broadcast.load(env.exchange, layout.round_broadcast_key(round_index))
     encoded, weight = prepare_update(env, update, broadcast, len(roster.ads))
     masked = p.mask(name, secrets_, roster, inbox["sharers"], encoded)
-    meta = {**update.meta, "secagg": {"weight": weight, "unopened": problems}}
+    # plain_bytes: the unmasked update's size (the provider knows its shapes anyway), kept so
+    # that a retried step reports the same sizes as the attempt that uploaded.
+    meta = {**update.meta,
+            "secagg": {"weight": weight, "unopened": problems, "plain_bytes": update.nbytes}}
     out = Update(tensors={MASKED: torch.from_numpy(masked.view(np.int64).copy())}, meta=meta)
     written = out.save(env.exchange, key)
     return {

@@ -214,7 +214,7 @@ def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) ->
     """Put the provider's recorded message into one tenant's exchange prefix (if missing)."""
     exchange = env.stores.exchange(tenant)
     if Broadcast.stored(exchange, tenant_key):
-        return _stored_size(exchange, tenant_key)
+        return stored_size(exchange, tenant_key)
     return _copy_message(env.store(), record_key, exchange, tenant_key)
 
 
@@ -247,9 +247,10 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     """Tenant: train on its own data; update to its exchange prefix, state to its own store."""
     exchange = env.exchange
     key = layout.update_key(round_index)
-    if Update.stored(exchange, key):
-        meta = exchange.get_json(f"{key}.json")
-        return {"skipped": True, "bytes": _stored_size(exchange, key), "meta": meta}
+    if Update.stored(exchange, key):  # a retry after the upload: report what it reported
+        stored = Update.load(exchange, key)
+        return {"skipped": True, "bytes": stored_size(exchange, key), "raw_bytes": stored.nbytes,
+                "meta": stored.meta}
     started = time.perf_counter()
     update = train_client(env, round_index)
     written = update.save(exchange, key)
@@ -546,5 +547,6 @@ def export_step(env: ProviderEnv, out_dir: Path) -> dict[str, tuple[Artifact, st
     return out
 
 
-def _stored_size(store: Any, key: str) -> int:
+def stored_size(store: Any, key: str) -> int:
+    """Bytes of a stored message (tensors and JSON), as its writer counted them."""
     return len(store.get_bytes(f"{key}.safetensors")) + len(store.get_bytes(f"{key}.json"))
