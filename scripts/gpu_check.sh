@@ -73,10 +73,10 @@ fi
 
 if want jobs; then
 echo "== example jobs, device cuda, bf16"
-python3 scripts/gpu_jobs.py bf16 > /dev/null
-for job in quickstart fedbiot fedpt; do
+for path in $(python3 scripts/gpu_jobs.py bf16); do
+  job=$(basename "$path" -cuda-bf16.yaml)
   SECONDS=0
-  timeout 90 python3 -m fedtune.cli.main run "examples/$job-cuda-bf16.yaml" --fresh --no-progress \
+  timeout "${JOB_TIMEOUT:-90}" python3 -m fedtune.cli.main run "examples/$job-cuda-bf16.yaml" --fresh --no-progress \
     --summary-json "$OUT/$job-cuda-bf16.json" >> "$OUT/jobs.log" 2>&1
   echo "$job exit $? in $SECONDS s"
 done | tee -a "$OUT/jobs.log"

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-JOBS = ("quickstart", "fedbiot", "fedpt")
+JOBS = ("quickstart", "fedbiot", "fedpt", "fedmkt", "fewfedpit")
 
 
 def main(argv: list[str]) -> int:
