@@ -14,8 +14,14 @@ from fedtune.cli.main import main
 
 
 def test_the_dp_comparison_reports_epsilon_and_leakage_per_method(ci_workspace: Path) -> None:
-    assert main(["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", "--comparison", "dp"]) == 0
+    page = ci_workspace / "docs" / "benchmarks.md"  # --record regenerates the page's block
+    page.parent.mkdir()
+    page.write_text("<!-- generated: quality docs/results/dp.json -->\n<!-- end generated -->\n")
+    assert main(["bench", "quality", "--out", str(ci_workspace), "--preset", "ci", "--comparison", "dp",
+                 "--record", str(ci_workspace / "docs" / "results" / "dp.json")]) == 0
     results = json.loads((ci_workspace / "quality" / "results.json").read_text())
+    assert json.loads((ci_workspace / "docs" / "results" / "dp.json").read_text()) == results
+    assert "| epsilon |" in page.read_text()
     assert results["commit"]  # the source the numbers came from
     rows = {row["method"]: row["metrics"] for row in results["table"]}
     assert set(rows) == {"zero-shot", "fedavg@aggregation_weights=uniform", "fedavg@dp.noise_multiplier=1"}

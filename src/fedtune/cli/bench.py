@@ -308,6 +308,7 @@ def _bench_quality(args: argparse.Namespace) -> int:
     out.print(
         f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}; plots: {', '.join(p.name for p in plots)}"
     )
+    _record(results, args.record)
     return 0
 
 
@@ -332,6 +333,7 @@ def _add_quality(kinds: Any) -> None:
         "DIR/quality/results.json, results.md (mean and spread) and plots/*.png (per round).",
     )
     _common(p)
+    _add_record(p, "docs/results/fedbiot-quality.json")
     p.add_argument(
         "--split",
         choices=["suite", "fewshot"],
@@ -490,12 +492,28 @@ def _bench_system(args: argparse.Namespace) -> int:
     (out_dir / "results.md").write_text(markdown, encoding="utf-8")
     out.print(markdown)
     out.print(f"results: {out_dir / 'results.json'}, {out_dir / 'results.md'}")
-    if args.record:
-        from fedtune.benchmarks.report import record
-
-        rewritten = record(results, Path(args.record))
-        out.print(f"recorded: {args.record}; regenerated: {', '.join(map(str, rewritten)) or 'nothing'}")
+    _record(results, args.record)
     return 0
+
+
+def _record(results: dict[str, Any], path: str | None) -> None:
+    """``--record``: the results into ``path`` (docs/results), the docs generated from it."""
+    if not path:
+        return
+    from fedtune.benchmarks.report import record
+
+    rewritten = record(results, Path(path))
+    out.print(f"recorded: {path}; regenerated: {', '.join(map(str, rewritten)) or 'nothing'}")
+
+
+def _add_record(p: argparse.ArgumentParser, example: str) -> None:
+    p.add_argument(
+        "--record",
+        metavar="JSON",
+        help=f"also write the results to JSON (e.g. {example}) and regenerate the tables of "
+        "the docs generated from it (a new file needs its block in the page first: "
+        "<!-- generated: KIND docs/results/NAME.json --> ... <!-- end generated -->)",
+    )
 
 
 def _add_system(kinds: Any) -> None:
@@ -549,12 +567,7 @@ def _add_system(kinds: Any) -> None:
         help="precisions of the steps-memory part (default both): fp32, bf16",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
-    p.add_argument(
-        "--record",
-        metavar="JSON",
-        help="also write the results to JSON (e.g. docs/results/peer-system.json) and "
-        "regenerate the tables of the docs generated from it",
-    )
+    _add_record(p, "docs/results/peer-system.json")
     p.add_argument(
         "--param",
         action="append",
