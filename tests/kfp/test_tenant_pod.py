@@ -145,6 +145,7 @@ def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
         force_cluster=True,
     )
     assert again["skipped"] and runner.exit_codes == [0]
+    assert (again["bytes"], again["raw_bytes"]) == (result["bytes"], result["raw_bytes"])  # as reported
 
 
 def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
