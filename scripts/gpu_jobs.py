@@ -2,7 +2,9 @@
 hold), for a lent GPU machine: ``python scripts/gpu_jobs.py [PRECISION]`` prints their paths.
 
 Each copy changes only ``training.device`` (cuda), ``training.precision`` and
-``tracking.backend`` (``none``: a bare GPU machine has no MLflow server).
+``tracking.backend`` (``none``: a bare GPU machine has no MLflow server). Git ignores the
+copies; on a machine without CUDA they are config errors, so ``tests/integration/test_cli.py``
+(which validates every ``examples/*.yaml``) fails while they lie there: delete them after use.
 """
 
 from __future__ import annotations
