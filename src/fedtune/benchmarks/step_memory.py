@@ -230,9 +230,9 @@ def _batches(shape: LlamaShape, batch_size: int, seq_len: int, count: int) -> li
 def _base(shape: LlamaShape, runtime: Runtime, tokenizer: Any, *, num_layers: int | None = None,
           seed: int = 0, max_positions: int = 256) -> Any:
     """A frozen base model as :func:`fedtune.training.context.build_model` builds one, except
-    that the random weights are created on the runtime's device (values do not matter here, and
-    initialising a 1B model on one CPU core takes 8-14 s; on the first GPU lease every 1B cell
-    took about a minute, cause not established, so each report states its ``build_s``)."""
+    that the random weights are created on the runtime's device (values do not matter here):
+    initialised on the CPU, a 1B GPU cell took about a minute on the first GPU lease; built on
+    the GPU, 0.3-1.1 s (each report states its ``build_s``)."""
     with runtime.device:
         model = build_tiny_model(
             "llama",

@@ -405,9 +405,11 @@ def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
     steps-memory cells."""
     from fedtune.benchmarks.step_memory import KINDS
 
-    chosen: dict[str, tuple[str, ...]] = {}
-    for option, known in (("steps_kinds", KINDS), ("steps_precisions", ("fp32", "bf16")),
-                          ("steps_devices", ("cpu", "cuda"))):
+    changes: dict[str, Any] = {}
+    devices: tuple[str, ...] | None = None
+    for option, field, known in (("steps_kinds", "kinds", KINDS),
+                                 ("steps_precisions", "precisions", ("fp32", "bf16")),
+                                 ("steps_devices", None, ("cpu", "cuda"))):
         raw = getattr(args, option)
         if raw is None:
             continue
@@ -417,13 +419,11 @@ def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
                 f"unknown --{option.replace('_', '-')} {raw!r}",
                 fix=f"Use some of: {','.join(known)} (comma-separated).",
             )
-        chosen[option] = tuple(k for k in known if k in names)
-    changes: dict[str, Any] = {}
-    if "steps_kinds" in chosen:
-        changes["kinds"] = chosen["steps_kinds"]
-    if "steps_precisions" in chosen:
-        changes["precisions"] = chosen["steps_precisions"]
-    devices = chosen.get("steps_devices")
+        picked = tuple(k for k in known if k in names)
+        if field is None:
+            devices = picked
+        else:
+            changes[field] = picked
     if devices is not None:
         if devices == ("cuda",) and not _cuda_available():
             raise ConfigError(

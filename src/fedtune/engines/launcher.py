@@ -37,7 +37,6 @@ from fedtune.engines.launcher_manifest import (
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
 from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
-from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +368,7 @@ def run_tenant_step(
     store = layout.JobStores(job).exchange(tenant)
     update = layout.update_key(round_index)
     if kind == "client" and Update.stored(store, update):
-        return _update_result(store, update, {"skipped": True})
+        return {**steps.stored_update_result(store, update), "skipped": True}
     final_key = _FINAL_RESULTS.get(kind)
     if final_key is not None and store.exists(final_key[0](job.rounds)):
         return {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True}
@@ -399,7 +398,7 @@ def run_tenant_step(
             f"Job {where['k8s_job']} succeeded but no update of tenant {tenant!r} is stored",
             fix="Check the tenant pod's log for failed uploads (expired URLs?).",
         )
-    return _update_result(store, update, where)
+    return {**steps.stored_update_result(store, update), **where}
 
 
 def _secagg_written(kind: StepKind, round_index: int) -> str | None:
@@ -426,13 +425,6 @@ def _run_in_process(job: JobConfig, kind: StepKind, round_index: int, tenant: st
             failure=failure,
             fix=f"The tenant reads the full error and its fix in {where}.",
         ) from None
-
-
-def _update_result(store: Store, key: str, extra: dict[str, Any]) -> dict[str, Any]:
-    update = Update.load(store, key)
-    plain = update.meta.get("secagg", {}).get("plain_bytes")  # a masked upload's unmasked size
-    return {"bytes": steps.stored_size(store, key),
-            "raw_bytes": update.nbytes if plain is None else plain, "meta": update.meta, **extra}
 
 
 class KubernetesJobApi:

@@ -40,7 +40,7 @@ from fedtune.engines.steps import (
     TenantEnv,
     _check_sample_count,
     sample_clients,
-    stored_size,
+    stored_update_result,
     train_client,
 )
 from fedtune.secagg import fixedpoint, identity, vector
@@ -201,9 +201,7 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     """Tenant: train, check the update here (the provider cannot), mask it and upload."""
     key = layout.update_key(round_index)
     if Update.stored(env.exchange, key):  # a retry after the upload: report what it reported
-        meta = env.exchange.get_json(f"{key}.json")
-        return {"skipped": True, "bytes": stored_size(env.exchange, key),
-                "raw_bytes": meta.get("secagg", {}).get("plain_bytes"), "meta": meta}
+        return {"skipped": True, **stored_update_result(env.exchange, key)}
     started = time.perf_counter()
     name = env.tenant.name
     roster, keys_ = _roster(env, round_index)

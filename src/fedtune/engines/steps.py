@@ -248,9 +248,7 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     exchange = env.exchange
     key = layout.update_key(round_index)
     if Update.stored(exchange, key):  # a retry after the upload: report what it reported
-        stored = Update.load(exchange, key)
-        return {"skipped": True, "bytes": stored_size(exchange, key), "raw_bytes": stored.nbytes,
-                "meta": stored.meta}
+        return {"skipped": True, **stored_update_result(exchange, key)}
     started = time.perf_counter()
     update = train_client(env, round_index)
     written = update.save(exchange, key)
@@ -545,6 +543,16 @@ def export_step(env: ProviderEnv, out_dir: Path) -> dict[str, tuple[Artifact, st
             store.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())
         out[name] = (artifact, f"{store.uri.rstrip('/')}/{prefix}")
     return out
+
+
+def stored_update_result(store: Any, key: str) -> dict[str, Any]:
+    """What the client step that stored the update at ``key`` reported: its stored bytes, the
+    plain update's bytes (a masked upload records them in its meta) and its meta. A retried
+    step (or pod) that finds its upload reports the same."""
+    update = Update.load(store, key)
+    plain = update.meta.get("secagg", {}).get("plain_bytes")
+    return {"bytes": stored_size(store, key),
+            "raw_bytes": update.nbytes if plain is None else plain, "meta": update.meta}
 
 
 def stored_size(store: Any, key: str) -> int:
