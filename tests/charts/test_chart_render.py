@@ -192,34 +192,42 @@ def test_hook_jobs_run_after_install_and_upgrade(rendered_scenarios: dict[str, R
     assert pod_annotations["sidecar.istio.io/inject"] == "false"
 
 
-def test_pipelines_are_skipped_without_files(rendered_scenarios: dict[str, Rendered]) -> None:
-    for rendered in rendered_scenarios.values():
-        assert not [d for d in rendered.docs if d["metadata"]["name"].endswith("-pipelines")]
-        assert not [d for d in rendered.docs if d["metadata"]["name"].endswith("-pipelines-upload")]
-
-
-def test_shipped_pipelines_become_a_configmap_and_an_upload_job(
-    render: Renderer, tmp_path: Path
-) -> None:
+def test_pipelines_are_skipped_without_files(render: Renderer, tmp_path: Path) -> None:
     chart = copy_chart(tmp_path)
-    pipeline = {"pipelineInfo": {"name": "fedavg"}, "root": {"dag": {"tasks": {}}}}
-    (chart / "files" / "pipelines" / "fedavg.yaml").write_text(yaml.safe_dump(pipeline))
+    for path in (chart / "files" / "pipelines").glob("*.yaml"):
+        path.unlink()
     rendered = render("minimal", chart=chart)
     assert rendered.returncode == 0, rendered.stderr
-    (cm,) = [
-        d for d in rendered.of_kind("ConfigMap") if d["metadata"]["name"].endswith("-pipelines")
-    ]
-    assert yaml.safe_load(cm["data"]["fedavg.yaml"]) == pipeline
-    assert "README.md" not in cm["data"]
-    (job,) = [
-        d for d in rendered.of_kind("Job") if d["metadata"]["name"].endswith("-pipelines-upload")
-    ]
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert "--host=http://ml-pipeline.kubeflow.svc.cluster.local:8888" in container["args"]
-    for doc in (cm, job):
-        validate_manifest(doc)
+    assert not [d for d in rendered.docs if "-pipeline" in d["metadata"]["name"]]
+
+
+def test_shipped_pipelines_become_configmaps_and_an_upload_job(
+    rendered_scenarios: dict[str, Rendered], render: Renderer
+) -> None:
+    shipped = sorted((CHART_DIR / "files" / "pipelines").glob("*.yaml"))
+    assert len(shipped) >= 12  # every family, plain and GPU, and FedIT's secure variants
+    for rendered in rendered_scenarios.values():
+        maps = {
+            d["metadata"]["name"]: d
+            for d in rendered.of_kind("ConfigMap")
+            if "-pipeline-" in d["metadata"]["name"]
+        }
+        # One ConfigMap per file (all of them in one would be near the 1 MiB limit), each
+        # holding the file as shipped, byte for byte.
+        assert sorted(maps) == sorted(f"ft-fedtune-pipeline-{p.stem}" for p in shipped)
+        for path in shipped:
+            assert maps[f"ft-fedtune-pipeline-{path.stem}"]["data"] == {path.name: path.read_text()}
+        (job,) = [
+            d for d in rendered.of_kind("Job") if d["metadata"]["name"].endswith("-pipelines-upload")
+        ]
+        volume = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "pipelines")
+        assert sorted(s["configMap"]["name"] for s in volume["projected"]["sources"]) == sorted(maps)
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert "--host=http://ml-pipeline.kubeflow.svc.cluster.local:8888" in container["args"]
+        for doc in (*maps.values(), job):
+            validate_manifest(doc)
     # No KFP URL while pipelines are shipped is a collected validation error.
-    failed = render("minimal", chart=chart, set_values=["pipelines.kfpApiUrl="])
+    failed = render("minimal", set_values=["pipelines.kfpApiUrl="])
     assert failed.returncode != 0
     assert "pipelines.kfpApiUrl is empty" in failed.stderr
 

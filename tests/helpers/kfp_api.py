@@ -1,9 +1,13 @@
 """A small stand-in for the Kubeflow Pipelines REST API (v2beta1), the calls kfp.Client 2.17 makes.
 
-It answers the endpoints `fedtune submit` reaches through ``kfp.Client`` — healthz, pipelines
-(list by name, upload, upload_version, list versions), experiments (list by name, create),
-runs and recurring runs (create) — with the JSON shapes of ``kfp_server_api``, keeps what
-was created, and can sit behind a sign-in gateway: with ``token`` or ``cookie`` set, a request
+It answers the endpoints `fedtune submit` and the chart's upload hook reach through
+``kfp.Client`` — healthz, pipelines (list by name and namespace, create, upload,
+upload_version, list versions by name), experiments (list by name, create), runs and
+recurring runs (create) — with the JSON shapes of ``kfp_server_api``, keeps what was created,
+refuses a second pipeline of one name in one namespace (and a second version of one name in
+one pipeline) with HTTP 409 "already exists" as KFP's API server does (a pipeline without a
+namespace is shared; listing without ``namespace`` lists the shared ones), and can sit behind a
+sign-in gateway: with ``token`` or ``cookie`` set, a request
 without that login is redirected to ``/dex/auth`` as oauth2-proxy does (or answered 401 with
 ``reject_with=401``). No KFP backend can run on these machines; this is what the tests drive.
 """
@@ -107,23 +111,32 @@ class FakeKfp:
         if route == "/healthz":
             return 200, {"multi_user": False}
         if method == "GET" and route == "/pipelines":
-            wanted = _filter_name(query)
-            found = [p for p in self.pipelines.values() if wanted in (None, p["display_name"])]
+            wanted, namespace = _filter_name(query), query.get("namespace", "")
+            found = [
+                p
+                for p in self.pipelines.values()
+                if wanted in (None, p["display_name"]) and p.get("namespace", "") == namespace
+            ]
             return 200, {"pipelines": found, "total_size": len(found)} if found else {}
+        if method == "POST" and route == "/pipelines":
+            sent = json.loads(body)
+            return self._create(sent["display_name"], sent.get("namespace") or "")
         if method == "POST" and route == "/pipelines/upload":
-            pipeline_id = str(uuid.uuid4())
-            pipeline = {"pipeline_id": pipeline_id, "display_name": query["name"]}
-            self.pipelines[pipeline_id] = pipeline
-            self.versions[pipeline_id] = []
-            self._add_version(pipeline_id, query["name"], _uploaded(body, headers))
-            return 200, pipeline
+            status, pipeline = self._create(query["name"], query.get("namespace", ""))
+            if status == 200:
+                self._add_version(pipeline["pipeline_id"], query["name"], _uploaded(body, headers))
+            return status, pipeline
         if method == "POST" and route == "/pipelines/upload_version":
             pipeline_id = query["pipelineid"]
             self.pipelines[pipeline_id]  # noqa: B018 - KeyError -> 404
+            if any(v["display_name"] == query["name"] for v in self.versions[pipeline_id]):
+                return 409, _exists(f"pipeline version {query['name']!r}")
             return 200, self._add_version(pipeline_id, query["name"], _uploaded(body, headers))
         if method == "GET" and route.startswith("/pipelines/") and route.endswith("/versions"):
-            pipeline_id = route.split("/")[2]
-            newest_first = list(reversed(self.versions[pipeline_id]))
+            pipeline_id, wanted = route.split("/")[2], _filter_name(query)
+            newest_first = [
+                v for v in reversed(self.versions[pipeline_id]) if wanted in (None, v["display_name"])
+            ]
             return 200, {"pipeline_versions": newest_first, "total_size": len(newest_first)}
         if method == "GET" and route == "/experiments":
             wanted = _filter_name(query)
@@ -143,6 +156,20 @@ class FakeKfp:
             return 200, recurring
         raise KeyError(f"{method} {route}")
 
+    def _create(self, name: str, namespace: str) -> tuple[int, dict[str, Any]]:
+        if any(
+            p["display_name"] == name and p.get("namespace", "") == namespace
+            for p in self.pipelines.values()
+        ):
+            return 409, _exists(f"pipeline {name!r} in namespace {namespace!r}")
+        pipeline_id = str(uuid.uuid4())
+        pipeline = {"pipeline_id": pipeline_id, "display_name": name}
+        if namespace:
+            pipeline["namespace"] = namespace
+        self.pipelines[pipeline_id] = pipeline
+        self.versions[pipeline_id] = []
+        return 200, pipeline
+
     def _add_version(self, pipeline_id: str, name: str, text: str) -> dict[str, Any]:
         version = {
             "pipeline_id": pipeline_id,
@@ -152,6 +179,11 @@ class FakeKfp:
         self.versions[pipeline_id].append(version)
         self.uploads[version["pipeline_version_id"]] = text
         return version
+
+
+def _exists(what: str) -> dict[str, Any]:
+    """KFP's answer to a duplicate name (gRPC AlreadyExists, code 6)."""
+    return {"error": f"Failed to create: {what} already exists", "code": 6}
 
 
 def _filter_name(query: dict[str, str]) -> str | None:

@@ -55,9 +55,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default .Chart.AppVersion .Values.image.tag }}
 {{- end }}
 
-{{/* The fedtune CPU image, tagged with the package version unless image.tag overrides it. */}}
+{{/* The fedtune CPU image: by digest when one is pinned, else tagged with the package
+   version unless image.tag overrides it. */}}
 {{- define "fedtune.cpuImage" -}}
+{{- if .Values.image.cpuDigest }}
+{{- printf "%s/%s@%s" .Values.image.registry .Values.image.cpuRepository .Values.image.cpuDigest }}
+{{- else }}
 {{- printf "%s/%s:%s" .Values.image.registry .Values.image.cpuRepository (include "fedtune.tag" .) }}
+{{- end }}
 {{- end }}
 
 {{/* The GPU trainer image tenants run: by digest when one is pinned (the admission policy
@@ -203,4 +208,10 @@ defaults, so localhost has to be listed again.
 {{- end }}
 {{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*") .Values.mlflow.extraAllowedHosts }}
 {{- join "," $hosts }}
+{{- end }}
+
+{{/* The ConfigMap of one shipped pipeline file: include "fedtune.pipelineConfigMapName" (list $ "files/pipelines/x.yaml") */}}
+{{- define "fedtune.pipelineConfigMapName" -}}
+{{- $root := index . 0 }}
+{{- printf "%s-pipeline-%s" (include "fedtune.fullname" $root) (base (index . 1) | trimSuffix ".yaml") | trunc 253 }}
 {{- end }}

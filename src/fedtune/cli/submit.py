@@ -218,8 +218,16 @@ def _client(args: argparse.Namespace, token: str | None, cookie: str | None) -> 
 def _upload_version(
     client: Any, package: Path, pipeline: str, version: str, namespace: str | None
 ) -> tuple[str, str]:
-    """Upload ``package`` as version ``version`` of pipeline ``pipeline`` (created when new)."""
-    pipeline_id = client.get_pipeline_id(pipeline)
+    """Upload ``package`` as version ``version`` of pipeline ``pipeline`` (created when new)
+    in ``namespace``, where it is looked up too: ``kfp.Client.get_pipeline_id`` sends no
+    namespace and so never finds a pipeline of a profile namespace (the chart's, with
+    ``pipelines.kfpNamespace``), and creating it again fails on "already exists"."""
+    name_filter = json.dumps(
+        {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": pipeline}]}
+    )
+    listed = client.list_pipelines(filter=name_filter, namespace=namespace, page_size=2)
+    found = [p for p in (listed.pipelines or []) if p.display_name == pipeline]
+    pipeline_id = found[0].pipeline_id if found else None
     if pipeline_id is None:
         created = client.upload_pipeline(
             str(package), pipeline_name=pipeline, namespace=namespace

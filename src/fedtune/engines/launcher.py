@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, TenantFailure, TenantStepFailed
 from fedtune.core.messages import Update
-from fedtune.engines import layout, steps
+from fedtune.engines import acceptance, layout, steps
 from fedtune.engines.launcher_manifest import (
     DEFAULT_SETTINGS,
     LauncherSettings,
@@ -365,19 +365,27 @@ def run_tenant_step(
         steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
     if not (force_cluster or in_cluster()):
         return _run_in_process(job, kind, round_index, tenant)
-    store = layout.JobStores(job).exchange(tenant)
+    stores = layout.JobStores(job)
+    store = stores.exchange(tenant)
+    gets, puts = step_objects(kind, job, round_index, tenant)
+
+    def accepted(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        # Recorded before they are read: from here on, an overwrite through a URL is refused.
+        acceptance.accept(stores.provider(), store, tenant, puts)
+        return result()
+
     update = layout.update_key(round_index)
     if kind == "client" and Update.stored(store, update):
-        return {**steps.stored_update_result(store, update), "skipped": True}
+        return accepted(lambda: {**steps.stored_update_result(store, update), "skipped": True})
     final_key = _FINAL_RESULTS.get(kind)
     if final_key is not None and store.exists(final_key[0](job.rounds)):
-        return {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True}
+        return accepted(lambda: {final_key[1]: store.get_json(final_key[0](job.rounds)), "skipped": True})
     written = _secagg_written(kind, round_index)
     if written is not None and store.exists(written):
-        return {"skipped": True, "bytes": len(store.get_bytes(written))}
+        return accepted(lambda: {"skipped": True, "bytes": len(store.get_bytes(written))})
     deployment = load_deployment(config, tenants_file)
     settings = settings or load_settings(tenants_file)  # the chart's tenantDefaults.job
-    urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
+    urls = presign(store, gets, puts, settings.url_expiry_s)
     step_round = job.rounds if kind in _FINAL_RESULTS else round_index
     manifest = build_job_manifest(
         job, tenant, kind, step_round, deployment, urls, run_key=run_key, settings=settings
@@ -385,20 +393,20 @@ def run_tenant_step(
     outcome = launch(api or KubernetesJobApi(), manifest, settings=settings, clock=clock)
     where = {"seconds": outcome.seconds, "k8s_job": f"{outcome.namespace}/{outcome.name}"}
     if final_key is not None:
-        return {final_key[1]: store.get_json(final_key[0](job.rounds)), **where}
+        return accepted(lambda: {final_key[1]: store.get_json(final_key[0](job.rounds)), **where})
     if written is not None:
         if not store.exists(written):
             raise FedtuneError(
                 f"Job {where['k8s_job']} succeeded but tenant {tenant!r} stored no {written}",
                 fix="Check the tenant pod's log for failed uploads (expired URLs?).",
             )
-        return {"bytes": len(store.get_bytes(written)), **where}
+        return accepted(lambda: {"bytes": len(store.get_bytes(written)), **where})
     if not Update.stored(store, update):
         raise FedtuneError(
             f"Job {where['k8s_job']} succeeded but no update of tenant {tenant!r} is stored",
             fix="Check the tenant pod's log for failed uploads (expired URLs?).",
         )
-    return {**steps.stored_update_result(store, update), **where}
+    return accepted(lambda: {**steps.stored_update_result(store, update), **where})
 
 
 def _secagg_written(kind: StepKind, round_index: int) -> str | None:

@@ -82,8 +82,10 @@ class LauncherSettings:
 
     @property
     def url_expiry_s(self) -> int:
-        """Pre-signed URLs outlive the Job's deadline; S3 caps them at 7 days."""
-        return int(min(7 * 24 * 3600, self.active_deadline_s + self.grace_s + 3600))
+        """Pre-signed URLs expire with the step: the Job's deadline plus the launcher's grace
+        (signed just before the Job is created); S3 caps them at 7 days. What a tenant writes
+        through them after the step ended is refused (:mod:`fedtune.engines.acceptance`)."""
+        return int(min(7 * 24 * 3600, self.active_deadline_s + self.grace_s))
 
 
 DEFAULT_SETTINGS = LauncherSettings()

@@ -20,7 +20,7 @@ from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import SUM_NAME, SecureSum
 from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update
-from fedtune.engines import layout
+from fedtune.engines import acceptance, layout
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
 from fedtune.secagg import fixedpoint, identity, vector
@@ -36,6 +36,7 @@ def _read_each(env: ProviderEnv, names: list[str], key: str) -> tuple[dict[str, 
             missing[name] = f"no {key.rsplit('/', 1)[-1]} was delivered"
             continue
         try:
+            acceptance.verify(env.store(), store, name, key)  # as the launcher accepted it
             found[name] = store.get_json(key)
         except FedtuneError as exc:
             missing[name] = str(exc)
@@ -167,6 +168,8 @@ def aggregate_step(
     for name in sorted(dealt):
         exchange = env.stores.exchange(name)
         if Update.stored(exchange, layout.update_key(round_index)):
+            # A masked upload changed after acceptance would spoil the unmasked sum: refused.
+            acceptance.verify_message(env.store(), exchange, name, layout.update_key(round_index))
             updates[name] = Update.load(exchange, layout.update_key(round_index))
         else:
             rejected[name] = "dropped after sharing keys: no masked update was delivered"

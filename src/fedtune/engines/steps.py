@@ -31,7 +31,7 @@ from fedtune.core.errors import (
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
-from fedtune.engines import layout
+from fedtune.engines import acceptance, layout
 from fedtune.storage.base import Store
 from fedtune.training.progress import ProgressHook
 from fedtune.training.context import (
@@ -357,6 +357,8 @@ def collect_updates(
             rejected[name] = "no update was delivered (the client step failed or did not run)"
             continue
         try:
+            # What the launcher accepted from the tenant's pod, not what its URLs wrote since.
+            acceptance.verify_message(env.store(), store, name, key)
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass

@@ -60,7 +60,7 @@ from fedtune.config.secrets import (
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
 from fedtune.pipelines import secagg_components as sc
-from fedtune.pipelines.images import heavy_step_image
+from fedtune.pipelines.images import TENANT_IMAGE_ENV, Images, heavy_step_image, retarget_text, tenant_image
 from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
 HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")
@@ -114,6 +114,8 @@ class ClusterSettings:
         presigner_secret: Secret with the keys launcher tasks sign tenants' URLs with (keys
             ``access-key-id`` / ``secret-access-key``), optional: absent, they sign with
             ``store_secret``'s.
+        images: The CPU and GPU images every task (and the launcher's tenant Jobs, when the
+            chart's tenants file names none) runs; see :mod:`fedtune.pipelines.images`.
     """
 
     tenants_configmap: str = "fedtune-tenants"
@@ -122,6 +124,7 @@ class ClusterSettings:
     mlflow_uri: str | None = None
     mlflow_secret: str | None = MLFLOW_SECRET
     presigner_secret: str | None = PRESIGNER_SECRET
+    images: Images | None = None
 
 
 DEFAULT_CLUSTER = ClusterSettings()
@@ -159,6 +162,8 @@ def _tenant(task: Any, name: str, settings: ClusterSettings | None) -> Any:
             task, settings.tenants_configmap, mount_path=str(Path(DEFAULT_TENANTS_FILE).parent)
         )
         task.set_env_variable(TENANTS_FILE_ENV, DEFAULT_TENANTS_FILE)
+        # The default reference; compiling with other images retargets it with the rest.
+        task.set_env_variable(TENANT_IMAGE_ENV, tenant_image())
         if settings.presigner_secret:
             kubernetes.use_secret_as_env(
                 task, settings.presigner_secret, PRESIGNER_ENV, optional=True
@@ -395,7 +400,7 @@ def build_pipeline(
     # Before the Args section, which the KFP UI reads as the run form's help.
     pipeline.__doc__ = doc.replace("\nArgs:", SECURE_DOC + "\nArgs:", 1) if secure else doc
     # The description shown in the KFP UI comes from the docstring, the form's help from Args.
-    return dsl.pipeline(name=pipeline_name(family, secure))(pipeline)
+    return dsl.pipeline(name=pipeline_name(family, secure, gpu=provider.gpu > 0))(pipeline)
 
 
 def compile_pipeline(
@@ -412,4 +417,6 @@ def compile_pipeline(
     out.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_pipeline(family, settings, default_job, provider, secure)
     compiler.Compiler().compile(pipeline, str(out))
+    if settings is not None and settings.images is not None:
+        out.write_text(retarget_text(out.read_text("utf-8"), settings.images), "utf-8")
     return out

@@ -1,8 +1,12 @@
 """The committed compiled files: one pipeline per algorithm family, one YAML per component.
 
 ``pipelines/compiled/<family>.yaml`` is compiled from ``pipelines/jobs/<family>.yaml`` (for
-upload in the KFP UI, and shipped by the Helm chart); ``components/<name>/component.yaml``
-is each component's own spec, for reuse in other pipelines. They are generated, never edited:
+upload in the KFP UI), ``pipelines/compiled/<family>-gpu.yaml`` from the same job with
+:data:`GPU_PROVIDER` (its heavy provider steps on one GPU, in the GPU image), and the Helm
+chart ships every one of them as ``charts/fedtune/files/pipelines/<pipeline name>.yaml``,
+the name its upload Job gives the pipeline in KFP (``fedtune-fedit``, ``fedtune-fedit-gpu``,
+...). ``components/<name>/component.yaml`` is each component's own spec, for reuse in other
+pipelines. They are generated, never edited:
 
     python -m fedtune.pipelines.catalog --write    # regenerate
     python -m fedtune.pipelines.catalog --check    # exit 1 when any is stale
@@ -21,7 +25,10 @@ from pathlib import Path
 
 from kfp import compiler
 
+import yaml
+
 from fedtune.config import load_job
+from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.pipelines.builder import ClusterSettings
 from fedtune.pipelines.compiling import compile_job
 from fedtune.pipelines.components import COMPONENTS
@@ -30,6 +37,26 @@ COMMITTED_SETTINGS = ClusterSettings(
     s3_endpoint="http://fedtune-minio.fedtune.svc.cluster.local:9000",
 )
 """The chart's defaults for a release named ``fedtune`` in namespace ``fedtune``."""
+
+GPU_PROVIDER = ProviderResources(
+    gpu=1, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+)
+"""The provider section of the shipped GPU variants: one GPU and the usual GPU-node taint."""
+
+CHART_PIPELINES = Path("charts") / "fedtune" / "files" / "pipelines"
+
+
+def pipeline_name_of(text: str) -> str:
+    """The name a compiled pipeline file gives itself (``pipelineInfo.name``)."""
+    return str(next(yaml.safe_load_all(text))["pipelineInfo"]["name"])
+
+
+def variants(job: JobConfig, stem: str) -> dict[str, JobConfig]:
+    """The committed pipelines of one job file: as written and, for a job that asks for no
+    provider resources, its GPU variant."""
+    if job.provider != ProviderResources():
+        return {stem: job}
+    return {stem: job, f"{stem}-gpu": job.model_copy(update={"provider": GPU_PROVIDER})}
 
 
 def repo_root() -> Path:
@@ -42,9 +69,12 @@ def render(root: Path) -> dict[Path, str]:
     outputs: dict[Path, str] = {}
     with tempfile.TemporaryDirectory(prefix="fedtune-catalog-") as tmp:
         for job_file in sorted((root / "pipelines" / "jobs").glob("*.yaml")):
-            out = Path(tmp) / f"{job_file.stem}.yaml"
-            compile_job(load_job(job_file), out, settings=COMMITTED_SETTINGS)
-            outputs[root / "pipelines" / "compiled" / out.name] = out.read_text("utf-8")
+            for stem, job in variants(load_job(job_file), job_file.stem).items():
+                out = Path(tmp) / f"{stem}.yaml"
+                compile_job(job, out, settings=COMMITTED_SETTINGS)
+                text = out.read_text("utf-8")
+                outputs[root / "pipelines" / "compiled" / out.name] = text
+                outputs[root / CHART_PIPELINES / f"{pipeline_name_of(text)}.yaml"] = text
         for name, component in COMPONENTS.items():
             out = Path(tmp) / f"{name}.yaml"
             compiler.Compiler().compile(component, str(out))
@@ -55,7 +85,7 @@ def render(root: Path) -> dict[Path, str]:
 def stale(root: Path) -> list[Path]:
     """Committed files that differ from a fresh compile, are missing, or have no source."""
     expected = render(root)
-    found = {p for p in (root / "pipelines" / "compiled").glob("*.yaml")}
+    found = {*(root / "pipelines" / "compiled").glob("*.yaml"), *(root / CHART_PIPELINES).glob("*.yaml")}
     problems = [p for p, text in expected.items() if not p.exists() or p.read_text("utf-8") != text]
     return sorted(set(problems) | (found - set(expected)))
 
@@ -63,6 +93,10 @@ def stale(root: Path) -> list[Path]:
 def write(root: Path) -> list[Path]:
     """Regenerate every committed file; return the paths written."""
     outputs = render(root)
+    for folder in (root / "pipelines" / "compiled", root / CHART_PIPELINES):
+        for path in folder.glob("*.yaml"):  # a pipeline that is no longer generated
+            if path not in outputs:
+                path.unlink()
     for path, text in outputs.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, "utf-8")

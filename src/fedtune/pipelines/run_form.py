@@ -210,9 +210,10 @@ def check_compiled_provider(job: JobConfig, source: str, marker: str | None = No
     )
 
 
-def pipeline_name(family: str, secure: bool = False) -> str:
-    """The name of a family's compiled pipeline (``secure``: its secure-aggregation variant)."""
-    return f"fedtune-{family}-secure" if secure else f"fedtune-{family}"
+def pipeline_name(family: str, secure: bool = False, gpu: bool = False) -> str:
+    """The name of a family's compiled pipeline (``secure``: its secure-aggregation variant;
+    ``gpu``: its heavy provider steps ask for GPUs)."""
+    return f"fedtune-{family}" + ("-secure" if secure else "") + ("-gpu" if gpu else "")
 
 
 def check_variant(job: JobConfig, family: str, secure: bool, source: str = "the job") -> None:
