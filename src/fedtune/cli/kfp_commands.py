@@ -42,7 +42,35 @@ def _cluster_settings(args: argparse.Namespace) -> Any:
         mlflow_uri=args.mlflow_uri,
         mlflow_secret=args.mlflow_secret or None,
         presigner_secret=args.presigner_secret or None,
+        images=_images(args),
     )
+
+
+def _images(args: argparse.Namespace) -> Any:
+    """The images ``--image-registry``, ``--cpu-digest`` and ``--gpu-digest`` name (None:
+    the defaults the components are declared with).
+
+    Raises:
+        ConfigError: A malformed registry or digest, naming the flag.
+    """
+    from fedtune.core.errors import ConfigError
+    from fedtune.pipelines.images import REGISTRY, Images
+
+    if not (args.image_registry or args.cpu_digest or args.gpu_digest):
+        return None
+    try:
+        return Images.of(
+            args.image_registry or REGISTRY,
+            cpu_digest=args.cpu_digest or None,
+            gpu_digest=args.gpu_digest or None,
+        )
+    except ValueError as exc:
+        raise ConfigError(
+            f"--image-registry/--cpu-digest/--gpu-digest: {exc}",
+            fix="Pass the registry path the fedtune images are mirrored under (e.g. "
+            "--image-registry registry.example.com/mirror/fedtune) and digests as "
+            "sha256:<64 hex> (`crane digest IMAGE` or `docker buildx imagetools inspect IMAGE`).",
+        ) from None
 
 
 def add_pipeline_options(p: argparse.ArgumentParser) -> None:
@@ -79,6 +107,23 @@ def add_pipeline_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="Secret with the access-key-id/secret-access-key that sign tenants' URLs (the "
         "chart's objectStore.presignerSecret; optional in the cluster; default: %(default)s)",
+    )
+    images = p.add_argument_group(
+        "images (default: ghcr.io/fedtune/fedtune-cpu and -gpu, tagged with this version)"
+    )
+    images.add_argument(
+        "--image-registry",
+        metavar="REG",
+        help="registry path of fedtune-cpu and fedtune-gpu for every task and the tenant Jobs "
+        "(e.g. registry.example.com/mirror/fedtune; the chart's image.registry + repository)",
+    )
+    images.add_argument(
+        "--cpu-digest", metavar="sha256:…", help="run the CPU image by this digest, not by tag"
+    )
+    images.add_argument(
+        "--gpu-digest",
+        metavar="sha256:…",
+        help="run the GPU image by this digest (what tenant admission policies admit)",
     )
 
 

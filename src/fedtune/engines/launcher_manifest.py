@@ -21,7 +21,7 @@ from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core.errors import ConfigError
 from fedtune.entrypoints.common import JOB_ENV
 from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind, tenant_copy
-from fedtune.pipelines.images import tenant_image
+from fedtune.pipelines.images import TENANT_IMAGE_ENV, tenant_image
 
 TENANTS_FILE_ENV = "FEDTUNE_TENANTS_FILE"
 DEFAULT_TENANTS_FILE = "/etc/fedtune/tenants.json"
@@ -295,7 +295,8 @@ def build_job_manifest(
     env.extend(tenant_secret_env(deployment.bucket_secret))
     container = {
         "name": "tenant-step",
-        "image": deployment.image or tenant_image(),
+        # The chart's (by digest); else the one the pipeline was compiled with; else the tag.
+        "image": deployment.image or os.environ.get(TENANT_IMAGE_ENV) or tenant_image(),
         "command": ["python", "-m", STEP_MODULES[kind]],
         "args": ["--round", str(round_index), "--tenant", tenant_name, "--presigned"],
         "env": env,
