@@ -36,8 +36,9 @@ def test_committed_compiled_files_are_up_to_date() -> None:
 
 def test_one_committed_pipeline_per_family_and_nine_components() -> None:
     stems = sorted(p.stem for p in COMMITTED)
-    assert stems == sorted(p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml"))
-    assert stems == sorted([*FAMILIES, "fedit-secure"])  # and FedIT's secure-aggregation variant
+    jobs = sorted(p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml"))
+    assert jobs == sorted([*FAMILIES, "fedit-secure"])  # and FedIT's secure-aggregation variant
+    assert stems == sorted([*jobs, *(f"{j}-gpu" for j in jobs)])  # each with its GPU variant
     assert len(COMPONENT_SPECS) == 9
 
 

@@ -74,6 +74,17 @@ def test_each_submission_is_a_new_version_of_the_named_pipeline(kfp_api: FakeKfp
     assert all(not r.get("pipeline_spec") for r in kfp_api.runs)
 
 
+def test_a_pipeline_of_a_profile_namespace_is_found_again(kfp_api: FakeKfp) -> None:
+    # A shared pipeline of that name exists (e.g. another team's chart install).
+    assert submit("--host", kfp_api.url, "--pipeline", "fedtune-fedit") == 0
+    for version in ("v1", "v2"):  # the second lookup must find the namespaced pipeline
+        assert submit("--host", kfp_api.url, "--namespace", "team-a", "--pipeline",
+                      "fedtune-fedit", "--pipeline-version", version) == 0
+    (team,) = [p for p in kfp_api.pipelines.values() if p.get("namespace") == "team-a"]
+    assert [v["display_name"] for v in kfp_api.versions[team["pipeline_id"]]] == ["fedtune-fedit", "v2"]
+    assert len(kfp_api.pipelines) == 2
+
+
 def test_cron_creates_a_recurring_run_of_the_uploaded_version(kfp_api: FakeKfp) -> None:
     assert submit("--host", kfp_api.url, "--pipeline", "fedtune-fedit", "--cron", "0 0 3 * * 1") == 0
     assert kfp_api.runs == []
