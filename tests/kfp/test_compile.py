@@ -413,3 +413,15 @@ def test_the_secure_round_runs_every_phase_uncached_and_tenant_phases_through_th
     # Each tenant fan-out is a runtime loop over the tenants still in the round.
     for provider in ("configure-round", "secagg-provider", "secagg-provider-2", "secagg-provider-3"):
         assert "iteratorPolicy" not in loop_over(spec, f"{provider}-Output")
+
+
+def test_every_family_is_in_the_family_tables_of_the_docs() -> None:
+    """Each registered family has a row, with its pipeline names, in both tables users read."""
+    for doc in (ROOT / "README.md", ROOT / "pipelines" / "README.md"):
+        rows = [line for line in doc.read_text().splitlines() if line.lstrip().startswith("| ")]
+        for family, algorithms in FAMILIES.items():
+            row = next((r for r in rows if f"`fedtune-{family}`" in r), None)
+            assert row is not None, f"{doc.name}: no row names the pipeline fedtune-{family}"
+            assert all(a in row for a in algorithms), (doc.name, family, row)
+    shipped = (ROOT / "pipelines" / "README.md").read_text()
+    assert all(f"`fedtune-{family}-gpu`" in shipped for family in FAMILIES)
