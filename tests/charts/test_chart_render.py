@@ -184,8 +184,11 @@ def test_helm_test_hook_checks_mlflow_health(rendered_scenarios: dict[str, Rende
 
 
 def test_hook_jobs_run_after_install_and_upgrade(rendered_scenarios: dict[str, Rendered]) -> None:
-    (job,) = rendered_scenarios["minimal"].of_kind("Job")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    jobs = {d["metadata"]["name"]: d for d in rendered_scenarios["minimal"].of_kind("Job")}
+    assert sorted(jobs) == ["ft-fedtune-bucket-bootstrap", "ft-fedtune-pipelines-upload"]
+    for hook in jobs.values():
+        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    job = jobs["ft-fedtune-bucket-bootstrap"]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-3:] == ["fedtune-exchange", "fedtune-provider", "fedtune-mlflow"]
     pod_annotations = job["spec"]["template"]["metadata"]["annotations"]

@@ -320,7 +320,7 @@ def test_pipeline_pods_track_to_an_auth_mlflow_as_the_user_the_bootstrap_creates
     rendered = render(
         "minimal", set_values=["mlflow.auth.enabled=true", "mlflow.auth.existingSecret=mlflow-auth"]
     )
-    (job,) = rendered.of_kind("Job")
+    (job,) = [d for d in rendered.of_kind("Job") if d["metadata"]["name"].endswith("-bucket-bootstrap")]
     users = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "users")
     with running_mlflow(render, tmp_path) as (base, port, log_path):
         cmd, env = local_command(users, tmp_path, port)
@@ -418,7 +418,7 @@ def test_the_bootstrap_runs_the_users_container_only_when_there_is_a_user_to_cre
     def containers(*values: str) -> dict[str, Any]:
         rendered = render("minimal", set_values=list(values))
         assert rendered.returncode == 0, rendered.stderr
-        (job,) = rendered.of_kind("Job")
+        (job,) = [d for d in rendered.of_kind("Job") if d["metadata"]["name"].endswith("-bucket-bootstrap")]
         return {c["name"]: c for c in job["spec"]["template"]["spec"]["containers"]}
 
     users = containers()["users"]  # MinIO: the presigning user

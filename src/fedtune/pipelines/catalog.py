@@ -23,9 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from kfp import compiler
-
 import yaml
+from kfp import compiler
 
 from fedtune.config import load_job
 from fedtune.config.job import JobConfig, ProviderResources

@@ -137,7 +137,7 @@ def retarget_text(text: str, images: Images) -> str:
     # libyaml where present: a pipeline is ~100 KB, which the pure-Python parser takes ~1 s for.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    documents = list(yaml.load_all(text, Loader=loader))  # noqa: S506 - a safe loader
+    documents = list(yaml.load_all(text, Loader=loader))  # a safe loader (C or Python)
     if images.is_default or retarget(documents[0], images) == 0:
         return text
     return header + yaml.dump_all(documents, Dumper=dumper, sort_keys=True)
