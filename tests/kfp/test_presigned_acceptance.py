@@ -131,3 +131,55 @@ def test_acceptance_records_verify_and_name_both_digests(tmp_path: Path) -> None
     # The first acceptance wins: accepting again does not overwrite the record.
     with pytest.raises(IntegrityError):
         acceptance.accept(provider, exchange, "t", ["round-000001/update.json"])
+
+
+def test_a_masked_upload_replaced_after_acceptance_stops_the_secure_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str  # noqa: F811
+) -> None:
+    """Under secure aggregation a replaced masked upload would spoil the unmasked sum without
+    any check seeing it; the secure aggregate refuses it, naming the tenant and the object."""
+    from fedtune.engines import secagg_provider
+    from fedtune.engines.workers import Outcome
+    from tests.helpers.moto import create_bucket, use_fake_aws_env
+    from tests.kfp.conftest import two_tenant_job
+
+    use_fake_aws_env(monkeypatch, moto_endpoint)
+    bucket = create_bucket(moto_endpoint)
+    job = two_tenant_job(
+        tmp_path / "provider", exchange_uri=f"s3://{bucket}/runs",
+        provider_store_uri=f"s3://{bucket}/provider",
+        secure_aggregation={"enabled": True, "threshold": 2},
+    )
+    env = steps.ProviderEnv.create(job)
+    steps.init_step(env)
+    steps.configure_step(env, 1)
+    stores, key = layout.JobStores(job), layout.update_key(1)
+    client_urls: dict[str, dict[str, str]] = {}
+
+    class Launched:
+        def run(self, tasks: list[Any], done: Any) -> dict[str, Outcome]:
+            out = {}
+            for task in tasks:
+                if task.kind == "secagg-unmask" and task.tenant == "tenant-a":
+                    # Both masked uploads were accepted; tenant a now replays tenant b's.
+                    for blob in (f"{key}.safetensors", f"{key}.json"):
+                        forged = stores.exchange("tenant-b").get_bytes(blob)
+                        put(client_urls["tenant-a"][blob], forged)
+                        put(client_urls["tenant-a"][blob + ".sha256"],
+                            hashlib.sha256(forged).hexdigest().encode())
+                api = FakeJobApi([], on_create=PodRunner(monkeypatch))
+                result = run_tenant_step(
+                    job, task.kind, task.round_index, task.tenant, run_key="run-1", api=api,
+                    tenants_file=tenants_file(tmp_path), force_cluster=True, clock=FakeClock(),
+                )
+                if task.kind == "client":
+                    client_urls[task.tenant] = urls_of(api.created[0])["put"]
+                out[task.tenant] = Outcome(task, result)
+                done(out[task.tenant])
+            return out
+
+    with pytest.raises(IntegrityError, match="tenant 'tenant-a'.*changed after the provider accepted it"):
+        secagg_provider.run_round(env, Launched(), 1, ["tenant-a", "tenant-b"], lambda _: None)
+    from fedtune.core.messages import ServerState
+
+    assert not ServerState.stored(stores.provider(), layout.state_key(1))  # nothing aggregated
