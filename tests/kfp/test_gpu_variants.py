@@ -100,3 +100,19 @@ def test_the_variants_default_job_runs_on_it_and_a_cpu_job_is_sent_to_the_plain_
 def test_the_plain_pipelines_ask_for_no_gpu() -> None:
     for path in sorted(set(COMPILED.glob("*.yaml")) - set(GPU_FILES)):
         assert "accelerator" not in path.read_text() and "nvidia.com/gpu\n" not in path.read_text()
+
+
+def test_a_job_of_the_other_variant_is_sent_to_the_matching_gpu_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fedtune.core.errors import ConfigError
+
+    spec = next(yaml.safe_load_all((COMPILED / "fedit-gpu.yaml").read_text()))
+    init = spec["deploymentSpec"]["executors"]["exec-server-init"]["container"]
+    monkeypatch.setenv(PROVIDER_ENV, next(e["value"] for e in init["env"] if e["name"] == PROVIDER_ENV))
+    job = json.loads(spec["root"]["inputDefinitions"]["parameters"]["job_config"]["defaultValue"])
+    job["secure_aggregation"] = {"enabled": True}
+    with pytest.raises(ConfigError) as info:
+        resolve_job(RunForm(job_config=json.dumps(job), kfp_run_id="r1"), "fedit", False)
+    assert "the 'fedtune-fedit-gpu' pipeline runs rounds without" in str(info.value)
+    assert "'fedtune-fedit-secure-gpu'" in info.value.fix

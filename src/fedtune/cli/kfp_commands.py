@@ -141,7 +141,9 @@ def _compile(args: argparse.Namespace) -> int:
     from fedtune.pipelines.run_form import family_of, pipeline_name
 
     job = compile_to(args, Path(args.output))
-    name = pipeline_name(family_of(job.algorithm.name), job.secure_aggregation.enabled)
+    name = pipeline_name(
+        family_of(job.algorithm.name), job.secure_aggregation.enabled, gpu=job.provider.gpu > 0
+    )
     out.print(
         f"[green]ok[/] {args.output}: the {name} pipeline (any rounds "
         f"and tenants), job {job.name} as its default; upload it in the KFP UI or run "

@@ -185,6 +185,13 @@ def provider_marker(provider: ProviderResources) -> str:
     return json.dumps(values, sort_keys=True) if values else ""
 
 
+def compiled_provider(marker: str | None = None) -> ProviderResources:
+    """The provider section this pipeline was compiled with (``marker`` defaults to
+    :data:`PROVIDER_ENV` of this process, the ``server-init`` pod)."""
+    marker = os.environ.get(PROVIDER_ENV, "") if marker is None else marker
+    return ProviderResources.model_validate(json.loads(marker) if marker else {})
+
+
 def check_compiled_provider(job: JobConfig, source: str, marker: str | None = None) -> None:
     """Refuse a job whose ``provider:`` section differs from the compiled pipeline's.
 
@@ -193,8 +200,7 @@ def check_compiled_provider(job: JobConfig, source: str, marker: str | None = No
     Raises:
         ConfigError: The job asks for other provider resources than the pipeline gives.
     """
-    marker = os.environ.get(PROVIDER_ENV, "") if marker is None else marker
-    compiled = ProviderResources.model_validate(json.loads(marker) if marker else {})
+    compiled = compiled_provider(marker)
     if job.provider == compiled:
         return
     wanted = job.provider.model_dump(mode="json", exclude_defaults=True)
@@ -230,9 +236,10 @@ def check_variant(job: JobConfig, family: str, secure: bool, source: str = "the 
         return
     has = "sets secure_aggregation.enabled: true" if wanted else "does not enable secure_aggregation"
     runs = "secure-aggregation rounds" if secure else "rounds without secure aggregation"
+    gpu = compiled_provider().gpu > 0  # name the GPU variants on a GPU variant
     raise ConfigError(
-        f"{source} {has}, but the {pipeline_name(family, secure)!r} pipeline runs {runs}",
-        fix=f"Create the run with the {pipeline_name(family, wanted)!r} pipeline (`fedtune "
+        f"{source} {has}, but the {pipeline_name(family, secure, gpu)!r} pipeline runs {runs}",
+        fix=f"Create the run with the {pipeline_name(family, wanted, gpu)!r} pipeline (`fedtune "
         "compile JOB.yaml` compiles the right one for a job), or change "
         "secure_aggregation.enabled in the job.",
     )
