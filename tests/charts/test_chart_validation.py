@@ -34,6 +34,7 @@ def test_schema_rejects_a_typo_naming_the_key(render: Renderer) -> None:
         pytest.param("tenants[0].name=Hospital_A", "/tenants/0/name", id="not-dns-1123"),
         pytest.param("objectStore.mode=s3", "/objectStore/mode", id="unknown-mode"),
         pytest.param("tenants[0].bucketCIDRs=null", "/tenants/0", id="tenant-without-cidrs"),
+        pytest.param("image.cpuDigest=latest", "/image/cpuDigest", id="cpu-digest-not-sha256"),
     ],
 )
 def test_schema_rejects_bad_values(render: Renderer, set_value: str, expected: str) -> None:
