@@ -196,7 +196,10 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         "refused environment variable FEDTUNE_S3_ENDPOINT_URL",
     ),
     "privileged": (
-        lambda m: container_of(m)["securityContext"].update(privileged=True),
+        # Both: the API server refuses privileged with allowPrivilegeEscalation false as invalid.
+        lambda m: container_of(m)["securityContext"].update(
+            privileged=True, allowPrivilegeEscalation=True
+        ),
         "refused container tenant-step: a tenant container may not be privileged",
     ),
     "privilege-escalation": (
