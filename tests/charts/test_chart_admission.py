@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -25,9 +24,11 @@ from admission_cases import (
     TENANT,
     Manifest,
     container_of,
-    pod_of,
     launcher_manifest,
     misused,
+    pod_of,
+)
+from admission_cases import (
     tenants_file as write_tenants_file,
 )
 from admission_cel import CppPolicy, Policy, PythonPolicy

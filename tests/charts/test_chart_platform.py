@@ -153,8 +153,8 @@ def test_istio_opt_out_wins_over_pod_annotations(render: Renderer) -> None:
         extra_args=["--set-string", "podAnnotations.sidecar\\.istio\\.io/inject=true"],
     )
     assert result.returncode == 0, result.stderr
-    for where, annotations in _pod_annotations(result).items():
-        assert annotations == {**ISTIO_OPT_OUT, "team": "ml"}, where
+    for where, found in _pod_annotations(result).items():
+        assert found == {**ISTIO_OPT_OUT, "team": "ml"}, where
 
 
 def test_without_istio_the_servers_carry_only_the_users_annotations(render: Renderer) -> None:

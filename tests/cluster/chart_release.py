@@ -22,9 +22,12 @@ import pytest
 # The chart tests' helpers (values files, the rendered tenants file, the misuse cases).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 
-from chart_helpers import CHART_DIR, INSTALL_SCRIPT, RELEASE, SCENARIOS, VALUES_DIR  # noqa: E402
+from chart_helpers import CHART_DIR, INSTALL_SCRIPT, RELEASE, SCENARIOS, VALUES_DIR
 
-from tests.cluster.conftest import Cluster, wait_for  # noqa: E402
+from tests.cluster.conftest import Cluster, wait_for
+
+# Re-exported for the cluster tests of the chart.
+__all__ = ["CHART_DIR", "RELEASE", "SCENARIOS", "VALUES_DIR", "Cluster", "wait_for"]
 
 PROVIDER_NS = "fedtune"
 LAUNCHER_SA = f"{RELEASE}-fedtune-launcher"

@@ -10,6 +10,7 @@ check that the API server evaluates them as those tests assume.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from fedtune.engines.launcher_manifest import STEP_MODULES
-from tests.cluster.chart_release import (  # first: puts tests/charts on sys.path
+from tests.cluster.chart_release import (  # puts tests/charts on sys.path
     LAUNCHER_SA,
     PROVIDER_NS,
     RELEASE,
@@ -27,14 +28,10 @@ from tests.cluster.chart_release import (  # first: puts tests/charts on sys.pat
 )
 from tests.cluster.conftest import Cluster, wait_for
 
-from admission_cases import (  # noqa: E402, I001  (the CEL tests' own list)
-    NAMESPACES,
-    REJECTED,
-    SCENARIO,
-    TENANT,
-    launcher_manifest,
-    misused,
-)
+# The CEL tests' own list of misuses and the launcher's manifests, not a copy.
+cases = importlib.import_module("admission_cases")
+NAMESPACES, REJECTED, TENANT = cases.NAMESPACES, cases.REJECTED, cases.TENANT
+launcher_manifest, misused = cases.launcher_manifest, cases.misused
 
 pytestmark = pytest.mark.cluster
 POLICY = f"{RELEASE}-fedtune-{TENANT}-launcher-jobs"
@@ -43,7 +40,7 @@ PRIVILEGED_OFF = "securityContext.privileged: Forbidden: disallowed by cluster p
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[None]:
-    with installed(cluster, SCENARIO) as result:
+    with installed(cluster, cases.SCENARIO) as result:
         assert result.returncode == 0, result.stderr
         yield
 
@@ -68,11 +65,11 @@ def launcher(cluster: Cluster, tenants_file: Path) -> Any:
     api = cluster.client_as(PROVIDER_NS, LAUNCHER_SA)
     for tenant, namespace in NAMESPACES.items():
         job = misused(launcher_manifest(tenants_file, tenant), "another-image")
-        wait_for(
-            lambda: dry_run_create(api, job, namespace).status == 403,
-            f"the admission policy of {tenant} to be enforced",
-            timeout_s=30,
-        )
+
+        def enforced(job: dict[str, Any] = job, namespace: str = namespace) -> bool:
+            return dry_run_create(api, job, namespace).status == 403
+
+        wait_for(enforced, f"the admission policy of {tenant} to be enforced", timeout_s=30)
     return api
 
 
