@@ -146,7 +146,9 @@ def request(
         status, data, headers = exc.status, exc.body, exc.headers or {}
     # RFC 7234 warnings: `299 - "text"`, one header per warning.
     raw_warnings = headers.getlist("Warning") if hasattr(headers, "getlist") else []
-    warnings = [w.split(" - ", 1)[-1].strip().strip('"') for w in raw_warnings]
+    warnings = [
+        w.split(" - ", 1)[-1].strip().strip('"').replace('\\"', '"') for w in raw_warnings
+    ]
     text = data.decode() if isinstance(data, bytes) else (data or "")
     return Response(status, json.loads(text) if text.strip() else {}, warnings)
 

@@ -125,6 +125,17 @@ def test_the_tenants_own_admins_are_not_restricted(cluster: Cluster, tenants_fil
     job = misused(launcher_manifest(tenants_file, TENANT), "another-image")
     response = dry_run_create(cluster.api, job, NAMESPACES[TENANT])
     assert response.status == 201, response.body.get("message")
+    assert response.warnings == []
+
+
+def test_the_tenant_namespace_warns_on_a_job_below_restricted(
+    cluster: Cluster, tenants_file: Path
+) -> None:
+    """The warning channel the admitted-Job test relies on: a root Job shows its warning."""
+    job = misused(launcher_manifest(tenants_file, TENANT), "container-root-user")
+    response = dry_run_create(cluster.api, job, NAMESPACES[TENANT])
+    assert response.status == 201, response.body.get("message")
+    assert [w for w in response.warnings if 'would violate PodSecurity "restricted' in w]
 
 
 @pytest.fixture

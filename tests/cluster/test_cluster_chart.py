@@ -168,3 +168,38 @@ def test_the_release_namespace_may_enforce_restricted(cluster: Cluster) -> None:
     assert response.status == 403
     assert 'violates PodSecurity "restricted:latest"' in response.body["message"]
 
+
+
+def test_helm_shows_the_servers_pod_security_warnings(cluster: Cluster, tmp_path: Path) -> None:
+    """The channel the no-warning checks rely on: a pod below "restricted" warns on stderr."""
+    namespace = cluster.create_namespace(
+        "warn-only", labels={"pod-security.kubernetes.io/warn": "restricted"}
+    )
+    chart = tmp_path / "root-pod"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: root-pod\nversion: 0.1.0\n")
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "root"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "root"}},
+            "template": {
+                "metadata": {"labels": {"app": "root"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
+    (chart / "templates" / "deployment.yaml").write_text(yaml.safe_dump(deployment))
+    result = helm(cluster, "install", "root-pod", str(chart), "--namespace", namespace)
+    try:
+        assert result.returncode == 0, result.stderr
+        # helm logs the text with its quotes escaped: match around them.
+        assert any(
+            "would violate PodSecurity" in w and "restricted:latest" in w
+            for w in result.warnings()
+        ), result.stderr
+    finally:
+        helm(cluster, "uninstall", "root-pod", "--namespace", namespace)
+        cluster.core.delete_namespace(namespace)
