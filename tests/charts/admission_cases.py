@@ -121,7 +121,10 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         _set(container_of, command=["python", "-m", "fedtune.entrypoints.aggregate"]),
         "refused command or args",
     ),
-    "image-default-entrypoint": (lambda m: container_of(m).pop("command"), "refused command or args"),
+    "image-default-entrypoint": (
+        lambda m: container_of(m).pop("command"),
+        "refused command or args",
+    ),
     "other-tenant-arg": (
         lambda m: container_of(m)["args"].__setitem__(3, "hospital-b"),
         "refused command or args",
@@ -132,7 +135,9 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         "refused command or args",
     ),
     "other-tenants-secret-volume": (
-        _append(pod_of, "volumes", {"name": "stolen", "secret": {"secretName": "hospital-b-bucket"}}),
+        _append(
+            pod_of, "volumes", {"name": "stolen", "secret": {"secretName": "hospital-b-bucket"}}
+        ),
         (
             "refused volume stolen: a tenant Job may mount only emptyDir volumes and its "
             "own bucket Secret hospital-a-bucket"
@@ -163,7 +168,9 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         "refused a reference to a ConfigMap (envFrom)",
     ),
     "proxy-env": (
-        _append(container_of, "env", {"name": "HTTPS_PROXY", "value": "http://collector.provider:3128"}),
+        _append(
+            container_of, "env", {"name": "HTTPS_PROXY", "value": "http://collector.provider:3128"}
+        ),
         (
             "refused environment variable HTTPS_PROXY: a tenant Job sets only "
             "FEDTUNE_JOB_JSON, FEDTUNE_PRESIGNED, HF_HUB_OFFLINE=1, "
@@ -190,9 +197,9 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         "refused environment variable HF_HOME",
     ),
     "redirected-bucket-endpoint": (
-        lambda m: next(e for e in container_of(m)["env"] if e["name"] == "FEDTUNE_S3_ENDPOINT_URL").update(
-            value="http://minio.fedtune:9000"
-        ),
+        lambda m: next(
+            e for e in container_of(m)["env"] if e["name"] == "FEDTUNE_S3_ENDPOINT_URL"
+        ).update(value="http://minio.fedtune:9000"),
         "refused environment variable FEDTUNE_S3_ENDPOINT_URL",
     ),
     "privileged": (
@@ -240,7 +247,9 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
     ),
     "pvc": (
         _append(
-            pod_of, "volumes", {"name": "data", "persistentVolumeClaim": {"claimName": "tenant-data"}}
+            pod_of,
+            "volumes",
+            {"name": "data", "persistentVolumeClaim": {"claimName": "tenant-data"}},
         ),
         "refused volume data",
     ),
@@ -275,7 +284,9 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         ),
     ),
     "second-container": (
-        lambda m: pod_of(m)["containers"].append({**copy.deepcopy(container_of(m)), "name": "sidecar"}),
+        lambda m: pod_of(m)["containers"].append(
+            {**copy.deepcopy(container_of(m)), "name": "sidecar"}
+        ),
         "refused a Job with 2 containers",
     ),
     "post-start-hook": (

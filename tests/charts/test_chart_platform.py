@@ -68,9 +68,9 @@ def test_kube_version_floor_is_needed(at_floor: dict[str, Rendered]) -> None:
     """One minor below the floor a rendered API is missing, so the bound is not loose."""
     major, minor = kube_version_floor()
     missing = {s: _unserved(r, f"{major}.{minor - 1}.0") for s, r in at_floor.items()}
-    assert "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy" in missing[
-        "multi-tenant-gpu"
-    ]
+    assert (
+        "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy" in missing["multi-tenant-gpu"]
+    )
 
 
 def test_helm_refuses_a_cluster_below_the_floor(render: Renderer) -> None:

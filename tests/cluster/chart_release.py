@@ -146,9 +146,7 @@ def request(
         status, data, headers = exc.status, exc.body, exc.headers or {}
     # RFC 7234 warnings: `299 - "text"`, one header per warning.
     raw_warnings = headers.getlist("Warning") if hasattr(headers, "getlist") else []
-    warnings = [
-        w.split(" - ", 1)[-1].strip().strip('"').replace('\\"', '"') for w in raw_warnings
-    ]
+    warnings = [w.split(" - ", 1)[-1].strip().strip('"').replace('\\"', '"') for w in raw_warnings]
     text = data.decode() if isinstance(data, bytes) else (data or "")
     return Response(status, json.loads(text) if text.strip() else {}, warnings)
 
@@ -209,7 +207,9 @@ def provider_namespace(cluster: Cluster, name: str = PROVIDER_NS) -> str:
 
 
 @contextmanager
-def installed(cluster: Cluster, scenario: str, extra: list[str] | None = None) -> Iterator[HelmResult]:
+def installed(
+    cluster: Cluster, scenario: str, extra: list[str] | None = None
+) -> Iterator[HelmResult]:
     """The chart installed with a scenario's values (hooks left out); uninstalled afterwards.
 
     Hooks need the object store and MLflow this control plane does not run; the chart tests
@@ -223,8 +223,14 @@ def installed(cluster: Cluster, scenario: str, extra: list[str] | None = None) -
             cluster.create_namespace("fedtune-serving", labels=RESTRICTED)
     result = helm(
         cluster,
-        "install", RELEASE, str(CHART_DIR), "--namespace", ns, "--no-hooks",
-        *values_args(scenario), *(extra or []),
+        "install",
+        RELEASE,
+        str(CHART_DIR),
+        "--namespace",
+        ns,
+        "--no-hooks",
+        *values_args(scenario),
+        *(extra or []),
     )
     try:
         yield result

@@ -76,9 +76,7 @@ def launcher(cluster: Cluster, tenants_file: Path) -> Any:
 def _refusal(response: Any) -> str:
     """The policy's message in a 403, or a description of what happened instead."""
     message = response.body.get("message", "")
-    prefix = (
-        f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: "
-    )
+    prefix = f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: "
     if response.status != 403 or prefix not in message:
         return f"not refused by {POLICY}: HTTP {response.status}: {message}"
     return message.split(prefix, 1)[1]
@@ -121,7 +119,7 @@ def test_another_tenants_job_is_refused_in_this_tenants_namespace(
 
 
 def test_the_tenants_own_admins_are_not_restricted(cluster: Cluster, tenants_file: Path) -> None:
-    """The policy binds the launcher only: the cluster admin's request for the same misuse passes."""
+    """The policy binds the launcher only: the admin's request for the same misuse passes."""
     job = misused(launcher_manifest(tenants_file, TENANT), "another-image")
     response = dry_run_create(cluster.api, job, NAMESPACES[TENANT])
     assert response.status == 201, response.body.get("message")
@@ -177,12 +175,24 @@ def test_with_a_widened_role_the_policy_still_refuses_anything_but_jobs(
     launcher: Any, tenants_file: Path, widened: None
 ) -> None:
     job = launcher_manifest(tenants_file, TENANT)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": job["spec"]["template"]["spec"]}
-    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
-            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job["spec"]}}}
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                  "data": {"PYTHONPATH": "/x"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": job["spec"]["template"]["spec"],
+    }
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "c"},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job["spec"]}},
+    }
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c"},
+        "data": {"PYTHONPATH": "/x"},
+    }
     ns = NAMESPACES[TENANT]
     refusals = {
         o["kind"]: _refusal(dry_run_create(launcher, o, ns)) for o in (pod, cron, config_map)
@@ -197,7 +207,9 @@ def test_with_a_widened_role_the_policy_still_refuses_anything_but_jobs(
     }
     # exec is a CONNECT: the policy answers before the API server looks for the pod.
     exec_response = request(
-        launcher, "POST", f"/api/v1/namespaces/{ns}/pods/any/exec",
+        launcher,
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods/any/exec",
         query=[("command", "sh"), ("stdout", "true")],
     )
     assert _refusal(exec_response).startswith("refused CONNECT of pods/exec"), exec_response

@@ -93,8 +93,10 @@ def test_install_upgrade_uninstall_with_no_refusal_and_no_warning(
             assert labels["pod-security.kubernetes.io/enforce"] == level, namespace
         # Deployments' pods are admitted under "restricted" (the ReplicaSet creates them).
         replicas = rendered["replicas"]
-        wait_for(lambda: _pods_created(cluster) == replicas or _refused_pods(cluster),
-                 f"the pods of {sorted(replicas)}")
+        wait_for(
+            lambda: _pods_created(cluster) == replicas or _refused_pods(cluster),
+            f"the pods of {sorted(replicas)}",
+        )
         assert _refused_pods(cluster) == []
         assert _pods_created(cluster) == replicas
         # Hooks and the test pod: admitted, no warning.
@@ -107,8 +109,16 @@ def test_install_upgrade_uninstall_with_no_refusal_and_no_warning(
             assert (response.status, response.warnings) == (201, []), response.body.get("message")
 
         upgrade = helm(
-            cluster, "upgrade", RELEASE, str(CHART_DIR), "--namespace", PROVIDER_NS,
-            "--no-hooks", *values_args(scenario), "--set-string", "commonLabels.fedtune\\.io/revision=2",
+            cluster,
+            "upgrade",
+            RELEASE,
+            str(CHART_DIR),
+            "--namespace",
+            PROVIDER_NS,
+            "--no-hooks",
+            *values_args(scenario),
+            "--set-string",
+            "commonLabels.fedtune\\.io/revision=2",
         )
         assert upgrade.returncode == 0, upgrade.stderr
         assert upgrade.warnings() == []
@@ -162,12 +172,15 @@ def test_the_release_namespace_may_enforce_restricted(cluster: Cluster) -> None:
     provider_namespace(cluster)
     labels = cluster.core.read_namespace(PROVIDER_NS).metadata.labels
     assert {k: labels[k] for k in RESTRICTED} == RESTRICTED
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
-           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "root"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
     response = dry_run_create(cluster.api, pod, PROVIDER_NS)
     assert response.status == 403
     assert 'violates PodSecurity "restricted:latest"' in response.body["message"]
-
 
 
 def test_helm_shows_the_servers_pod_security_warnings(cluster: Cluster, tmp_path: Path) -> None:
@@ -197,8 +210,7 @@ def test_helm_shows_the_servers_pod_security_warnings(cluster: Cluster, tmp_path
         assert result.returncode == 0, result.stderr
         # helm logs the text with its quotes escaped: match around them.
         assert any(
-            "would violate PodSecurity" in w and "restricted:latest" in w
-            for w in result.warnings()
+            "would violate PodSecurity" in w and "restricted:latest" in w for w in result.warnings()
         ), result.stderr
     finally:
         helm(cluster, "uninstall", "root-pod", "--namespace", namespace)

@@ -38,25 +38,45 @@ Triple = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 # Must be denied whatever else changes (a readable subset of "nothing beyond the rules").
 MUST_DENY: dict[str, list[Triple]] = {
     "tenant": [
-        ("", "secrets", "get"), ("", "secrets", "list"), ("", "secrets", "watch"),
-        ("", "pods/exec", "create"), ("", "pods/attach", "create"),
-        ("", "pods/portforward", "create"), ("", "pods/log", "get"),
-        ("", "pods", "create"), ("", "pods", "delete"), ("", "pods", "patch"),
-        ("batch", "jobs", "update"), ("batch", "jobs", "patch"), ("batch", "cronjobs", "create"),
-        ("", "configmaps", "create"), ("", "serviceaccounts/token", "create"),
+        ("", "secrets", "get"),
+        ("", "secrets", "list"),
+        ("", "secrets", "watch"),
+        ("", "pods/exec", "create"),
+        ("", "pods/attach", "create"),
+        ("", "pods/portforward", "create"),
+        ("", "pods/log", "get"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "pods", "patch"),
+        ("batch", "jobs", "update"),
+        ("batch", "jobs", "patch"),
+        ("batch", "cronjobs", "create"),
+        ("", "configmaps", "create"),
+        ("", "serviceaccounts/token", "create"),
         ("rbac.authorization.k8s.io", "roles", "create"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
-        ("networking.k8s.io", "networkpolicies", "delete"), ("", "resourcequotas", "update"),
+        ("networking.k8s.io", "networkpolicies", "delete"),
+        ("", "resourcequotas", "update"),
     ],
     "provider": [
-        ("", "secrets", "get"), ("", "secrets", "list"), ("", "secrets", "watch"),
-        ("", "pods/exec", "create"), ("", "pods/log", "get"), ("", "pods", "create"),
-        ("", "pods", "delete"), ("batch", "jobs", "create"), ("", "configmaps", "list"),
-        ("", "serviceaccounts/token", "create"), ("argoproj.io", "workflows", "create"),
-        ("argoproj.io", "workflowtaskresults", "delete"), ("apps", "deployments", "patch"),
+        ("", "secrets", "get"),
+        ("", "secrets", "list"),
+        ("", "secrets", "watch"),
+        ("", "pods/exec", "create"),
+        ("", "pods/log", "get"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("batch", "jobs", "create"),
+        ("", "configmaps", "list"),
+        ("", "serviceaccounts/token", "create"),
+        ("argoproj.io", "workflows", "create"),
+        ("argoproj.io", "workflowtaskresults", "delete"),
+        ("apps", "deployments", "patch"),
     ],
     "cluster": [
-        ("", "namespaces", "list"), ("", "namespaces", "delete"), ("", "nodes", "get"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "delete"),
+        ("", "nodes", "get"),
         ("", "persistentvolumes", "list"),
         ("rbac.authorization.k8s.io", "clusterroles", "create"),
         ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
@@ -202,6 +222,15 @@ def test_kfp_reads_its_settings_and_artifact_secret_by_name_only(reviewer: Revie
 
     assert get("configmaps", KFP_LAUNCHER_CONFIGMAP)
     assert get("secrets", KFP_ARTIFACT_SECRET)
+    # ... and only read them.
+    named = [("configmaps", KFP_LAUNCHER_CONFIGMAP), ("secrets", KFP_ARTIFACT_SECRET)]
+    changes = [
+        (resource, name, verb)
+        for resource, name in named
+        for verb in ("update", "patch", "delete", "watch")
+        if reviewer.allowed(LAUNCHER_SA, ("", resource, verb), PROVIDER_NS, name)
+    ]
+    assert changes == []
     # The chart's own Secrets and tenants file reach tasks through the kubelet, never the API.
     for resource, name in [
         ("secrets", "fedtune-s3"),
