@@ -80,6 +80,17 @@ def test_helm_refuses_a_cluster_below_the_floor(render: Renderer) -> None:
     assert "kubeVersion" in result.stderr or "incompatible" in result.stderr, result.stderr
 
 
+def test_pod_rights_only_for_argo_before_3_4(render: Renderer) -> None:
+    """Patching pods would let a run change MinIO's pod: granted only when asked for."""
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]}
+    assert pods not in kfp_run_rules()
+    result = render("minimal", set_values=["launcher.kfp.argoBeforeV34=true"])
+    assert result.returncode == 0, result.stderr
+    (role,) = [r for r in result.of_kind("Role") if r["metadata"]["namespace"] == NAMESPACE]
+    assert role["rules"] == kfp_run_rules(argo_before_v34=True)
+    assert pods in role["rules"]
+
+
 def test_the_run_account_reads_only_the_named_kfp_settings(render: Renderer) -> None:
     result = render(
         "minimal",

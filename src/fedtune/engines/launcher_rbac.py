@@ -53,6 +53,8 @@ KFP_ARTIFACT_SECRET: Final = "mlpipeline-minio-artifact"
 def kfp_run_rules(
     launcher_config_map: str = KFP_LAUNCHER_CONFIGMAP,
     artifact_secrets: tuple[str, ...] = (KFP_ARTIFACT_SECRET,),
+    *,
+    argo_before_v34: bool = False,
 ) -> list[dict[str, list[str]]]:
     """What KFP v2 and Argo do as the run's ServiceAccount in the run's namespace.
 
@@ -65,16 +67,28 @@ def kfp_run_rules(
     Deployments, every Secret): fedtune's tasks need none of it, so none of it is here.
     Everything a fedtune task itself reads in this namespace (tenants file, store and
     presigner Secrets) is mounted by the kubelet, which needs no right of the ServiceAccount.
+
+    Args:
+        launcher_config_map: Name of KFP's launcher ConfigMap in the run's namespace.
+        artifact_secrets: Names of the artifact-store Secrets KFP's launcher reads.
+        argo_before_v34: Also grant pods get/watch/patch, which only Argo executors before
+            v3.4 use. Off by default: patching pods would let a run change the MinIO or
+            MLflow pod of the namespace (a container's image is mutable), and with them
+            reach the object store's root credentials.
     """
-    return [
+    rules: list[dict[str, list[str]]] = [
         # Argo's executor (wait container) reports each task's outputs.
         {
             "apiGroups": ["argoproj.io"],
             "resources": ["workflowtaskresults"],
             "verbs": ["create", "patch"],
         },
-        # Argo's executor before v3.4 reads and annotates its own pod.
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]},
+    ]
+    if argo_before_v34:
+        # Argo's executor before v3.4 reads and annotates its own pod instead.
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]})
+    return [
+        *rules,
         # KFP v2's driver and launcher: settings and artifact-store credentials, by name.
         {
             "apiGroups": [""],
