@@ -121,14 +121,15 @@ def test_a_failing_step_reaches_the_provider_as_its_redacted_failure(
     broken = tmp_path / "tenant-a.jsonl"
     broken.write_text("this is not json\n")
     job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns, data_uri=str(broken))
-    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns},
-                      launcher={"backoffLimit": 0})
-    with pytest.raises(TenantStepFailed, match=r"exited with code \d+ \(DataError\): DataError at line 1") as info:
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})  # backoffLimit 2
+    with pytest.raises(TenantStepFailed, match=r"exited with code 3 \(DataError\): DataError at line 1") as info:
         run_tenant_step(job, "client", 1, "tenant-a", run_key="r1")
     assert "this is not json" not in str(info.value)  # the tenant's record never leaves
     assert info.value.failure.kind == "DataError" and info.value.failure.record == 1
+    assert "(PodFailurePolicy:" in str(info.value)
+    # A bad record fails every pod alike: one pod, not backoffLimit + 1 of them.
     (record,) = [r for r in cluster.runner.records if r.namespace == ns]
-    assert record.exit_code != 0 and '"kind": "DataError"' in record.message
+    assert record.exit_code == 3 and '"kind": "DataError"' in record.message
 
 
 def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
@@ -153,3 +154,38 @@ def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
     other["metadata"]["labels"]["fedtune.io/step-id"] = "0000000000"
     with pytest.raises(ConfigError, match="belongs to another step"):
         launch(api, other)
+
+
+def quick_manifest(job: JobConfig, namespace: str, exit_code: int) -> dict:
+    """The launcher's manifest for tenant-a's client step, its container exiting with a code."""
+    store = layout.JobStores(job).exchange("tenant-a")
+    urls = presign(store, *step_objects("client", job, 1, "tenant-a"), 600)
+    manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(job.tenants[0]),
+                                  urls, run_key=f"exit-{exit_code}",
+                                  settings=LauncherSettings(backoff_limit=1))
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = ["python", "-c", f"raise SystemExit({exit_code})"]
+    container["args"] = []
+    return manifest
+
+
+def test_the_job_controller_retries_an_outage_but_not_a_permanent_error(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    from fedtune.core.errors import StoreUnavailable, DataError
+
+    ns = install_tenant(cluster, "retries")
+    job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
+    api, quick = KubernetesJobApi(), LauncherSettings(poll_s=2, backoff_limit=1)
+    runs = {}
+    for error in (DataError, StoreUnavailable):
+        manifest = quick_manifest(job, ns, error.exit_code)
+        with pytest.raises(TenantStepFailed, match=rf"code {error.exit_code} \({error.__name__}\)") as info:
+            launch(api, manifest, settings=quick)
+        runs[error.__name__] = [r for r in cluster.runner.records
+                                if r.pod.startswith(manifest["metadata"]["name"])]
+        runs[error.__name__ + "-reason"] = str(info.value)
+    assert len(runs["DataError"]) == 1 and "(PodFailurePolicy:" in runs["DataError-reason"]
+    assert len(runs["StoreUnavailable"]) == 2  # backoffLimit 1: the outage gets a second pod
+    assert "(BackoffLimitExceeded:" in runs["StoreUnavailable-reason"]
