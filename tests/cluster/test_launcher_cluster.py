@@ -11,12 +11,17 @@ from pathlib import Path
 import pytest
 
 from fedtune.config import JobConfig
-from fedtune.core.errors import ConfigError, FedtuneError, TenantStepFailed
-from fedtune.engines import steps
+from fedtune.core.errors import (
+    ConfigError,
+    DataError,
+    FedtuneError,
+    StoreUnavailable,
+    TenantStepFailed,
+)
+from fedtune.engines import layout, steps
 from fedtune.engines.launcher import KubernetesJobApi, launch, run_tenant_step
 from fedtune.engines.launcher_manifest import LauncherSettings, build_job_manifest, load_deployment
 from fedtune.entrypoints.tenant_io import presign, step_objects
-from fedtune.engines import layout
 from tests.cluster.conftest import Cluster, wait_for
 from tests.cluster.tenants import inside_a_kfp_task, install_tenant
 from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
@@ -44,7 +49,8 @@ def s3_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str, names
     tenants = [
         {"name": "tenant-a", "namespace": namespace,
          "data_uri": data_uri or str(DATA / "tenant-a.jsonl")},
-        {"name": "tenant-b", "namespace": f"{namespace}-b", "data_uri": str(DATA / "tenant-b.jsonl")},
+        {"name": "tenant-b", "namespace": f"{namespace}-b",
+         "data_uri": str(DATA / "tenant-b.jsonl")},
     ]
     job = two_tenant_job(tmp_path / "provider", exchange_uri=f"s3://{bucket}/runs",
                          provider_store_uri=f"s3://{bucket}/provider", tenants=tenants)
@@ -65,7 +71,8 @@ def test_a_missing_bucket_secret_fails_the_step_and_deletes_its_job(
     ns = install_tenant(cluster, "no-secret", secret=False)
     job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
     inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
-    with pytest.raises(FedtuneError, match="cannot start: pod .*CreateContainerConfigError") as info:
+    stuck = "cannot start: pod .*CreateContainerConfigError"
+    with pytest.raises(FedtuneError, match=stuck) as info:
         run_tenant_step(job, "client", 1, "tenant-a", run_key="r1")
     assert "no-secret-bucket" in str(info.value) and "Secret exists" in info.value.fix
     assert launched_jobs(cluster, ns) == []
@@ -122,7 +129,8 @@ def test_a_failing_step_reaches_the_provider_as_its_redacted_failure(
     broken.write_text("this is not json\n")
     job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns, data_uri=str(broken))
     inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})  # backoffLimit 2
-    with pytest.raises(TenantStepFailed, match=r"exited with code 3 \(DataError\): DataError at line 1") as info:
+    expected = r"exited with code 3 \(DataError\): DataError at line 1"
+    with pytest.raises(TenantStepFailed, match=expected) as info:
         run_tenant_step(job, "client", 1, "tenant-a", run_key="r1")
     assert "this is not json" not in str(info.value)  # the tenant's record never leaves
     assert info.value.failure.kind == "DataError" and info.value.failure.record == 1
@@ -172,8 +180,6 @@ def quick_manifest(job: JobConfig, namespace: str, exit_code: int) -> dict:
 def test_the_job_controller_retries_an_outage_but_not_a_permanent_error(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
-    from fedtune.core.errors import StoreUnavailable, DataError
-
     ns = install_tenant(cluster, "retries")
     job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
     inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
@@ -181,7 +187,8 @@ def test_the_job_controller_retries_an_outage_but_not_a_permanent_error(
     runs = {}
     for error in (DataError, StoreUnavailable):
         manifest = quick_manifest(job, ns, error.exit_code)
-        with pytest.raises(TenantStepFailed, match=rf"code {error.exit_code} \({error.__name__}\)") as info:
+        expected = rf"code {error.exit_code} \({error.__name__}\)"
+        with pytest.raises(TenantStepFailed, match=expected) as info:
             launch(api, manifest, settings=quick)
         runs[error.__name__] = [r for r in cluster.runner.records
                                 if r.pod.startswith(manifest["metadata"]["name"])]
