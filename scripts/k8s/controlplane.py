@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A local Kubernetes control plane for tests, built from the real sources.
 
-    python scripts/k8s/controlplane.py build        # once: kube-apiserver, -controller-manager, -scheduler
-    python scripts/k8s/controlplane.py up [DIR]     # etcd + the three, a kubeconfig, a fake Node
-    python scripts/k8s/controlplane.py env [DIR]    # `export KUBECONFIG=...` for a shell
-    python scripts/k8s/controlplane.py down [DIR]   # stop everything by PID
+    python scripts/k8s/controlplane.py build      # once: API server, controller manager, scheduler
+    python scripts/k8s/controlplane.py up [DIR]   # etcd + the three, a kubeconfig, a fake Node
+    python scripts/k8s/controlplane.py env [DIR]  # `export KUBECONFIG=...` for a shell
+    python scripts/k8s/controlplane.py down [DIR] # stop everything by PID
 
 ``build`` compiles the three binaries from the ``k8s.io/kubernetes`` Go module into a versioned
 folder outside the repository (``$FEDTUNE_K8S_CACHE`` or ``~/.cache/fedtune/k8s/vX.Y.Z``), with
@@ -19,6 +19,7 @@ or ``etcd`` on PATH). See docs/cluster-testing.md.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
@@ -106,6 +107,17 @@ def build(version: str = K8S_VERSION, log=print) -> Path:
         return bin_dir
     if shutil.which("go") is None:
         raise ControlPlaneError("`go` is not on PATH: install Go 1.26 to build the control plane")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        # Two test sessions may start at once: one builds, the other waits and reuses.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all(_has_version(bin_dir / b, version) for b in BINARIES):
+            return bin_dir
+        return _build_locked(cache, version, log)
+
+
+def _build_locked(cache: Path, version: str, log) -> Path:
+    bin_dir = cache / "bin"
     src = cache / "src"
     started = time.monotonic()
     write_module(src, version)
@@ -131,7 +143,8 @@ def build(version: str = K8S_VERSION, log=print) -> Path:
     shutil.rmtree(bin_dir, ignore_errors=True)
     staging.rename(bin_dir)  # all three appear together, or none
     seconds = time.monotonic() - started
-    (cache / "build.json").write_text(json.dumps({"version": version, "seconds": round(seconds, 1)}))
+    record = {"version": version, "seconds": round(seconds, 1)}
+    (cache / "build.json").write_text(json.dumps(record))
     log(f"built in {seconds:.0f} s into {bin_dir}")
     return bin_dir
 
@@ -203,7 +216,7 @@ class ControlPlane:
 
     def request(self, method: str, path: str, body: dict | None = None,
                 content_type: str = "application/json") -> dict:
-        """One admin call to the API server (for setting up without a client library)."""
+        """One admin call to the API server (set-up without a client library)."""
         req = urllib.request.Request(
             self.server + path,
             method=method,
@@ -320,7 +333,8 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         "--bind-address=127.0.0.1", f"--secure-port={api}", "--advertise-address=127.0.0.1",
         "--endpoint-reconciler-type=none", "--authorization-mode=Node,RBAC",
         f"--token-auth-file={pki / 'tokens.csv'}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",

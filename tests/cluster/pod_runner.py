@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import os
 import shutil
 import subprocess
 import sys
@@ -233,7 +232,9 @@ class PodRunner:
             log.close()
             with self._lock:
                 self._procs.pop(pod.metadata.uid, None)
-        message = message_file.read_text(errors="replace")[:MESSAGE_LIMIT] if message_file.exists() else ""
+        message = ""
+        if message_file.exists():
+            message = message_file.read_text(errors="replace")[:MESSAGE_LIMIT]
         self.records.append(RunRecord(pod.metadata.namespace, pod.metadata.name, container.name,
                                       argv, env, code, message, time.monotonic() - began,
                                       log_path))
@@ -241,7 +242,9 @@ class PodRunner:
 
     # -- what a kubelet resolves ---------------------------------------------------------
 
-    def _data(self, kind: str, namespace: str, name: str, optional: bool) -> dict[str, bytes] | None:
+    def _data(
+        self, kind: str, namespace: str, name: str, optional: bool
+    ) -> dict[str, bytes] | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -280,7 +283,8 @@ class PodRunner:
 
     def _env_value(self, pod: Any, source: Any) -> str | None:
         ns = pod.metadata.namespace
-        for ref, kind in ((source.secret_key_ref, "secret"), (source.config_map_key_ref, "configmap")):
+        refs = ((source.secret_key_ref, "secret"), (source.config_map_key_ref, "configmap"))
+        for ref, kind in refs:
             if ref is None:
                 continue
             data = self._data(kind, ns, ref.name, bool(ref.optional))
@@ -338,7 +342,8 @@ class PodRunner:
                     audiences=[token.audience] if token.audience else [],
                     expiration_seconds=token.expiration_seconds or 3600,
                     bound_object_ref=client.V1BoundObjectReference(
-                        kind="Pod", api_version="v1", name=pod.metadata.name, uid=pod.metadata.uid)))
+                        kind="Pod", api_version="v1", name=pod.metadata.name,
+                        uid=pod.metadata.uid)))
                 issued = self.core.create_namespaced_service_account_token(
                     pod.spec.service_account_name or "default", ns, request)
                 (folder / token.path).write_text(issued.status.token)

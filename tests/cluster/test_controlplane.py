@@ -16,8 +16,9 @@ pytestmark = pytest.mark.cluster
 PROBE = textwrap.dedent(
     """
     import json, os, sys
-    seen = {k: os.environ.get(k) for k in ("PLAIN", "FROM_SECRET", "FROM_CM", "ALL_token",
-                                           "POD", "KUBERNETES_SERVICE_HOST", "AWS_SECRET_ACCESS_KEY")}
+    names = ("PLAIN", "FROM_SECRET", "FROM_CM", "ALL_token", "POD", "KUBERNETES_SERVICE_HOST",
+             "AWS_SECRET_ACCESS_KEY")
+    seen = {k: os.environ.get(k) for k in names}
     secret, setting, termination = sys.argv[1:]  # mount paths, rewritten by the pod runner
     seen["secret_file"] = open(secret).read()
     seen["cm_file"] = open(setting).read()
@@ -53,13 +54,17 @@ def _probe_pod(name: str, exit_code: int, gpus: int = 0) -> dict:
                 "name": "probe",
                 "image": "python:3.11",
                 "command": ["python", "-c", PROBE],
-                "args": ["/etc/probe/secret/token", "/etc/probe/cm/setting", "/dev/termination-log"],
+                "args": ["/etc/probe/secret/token", "/etc/probe/cm/setting",
+                         "/dev/termination-log"],
                 "env": [
                     {"name": "PLAIN", "value": "plain"},
                     {"name": "EXIT", "value": str(exit_code)},
-                    {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "probe", "key": "token"}}},
-                    {"name": "FROM_CM", "valueFrom": {"configMapKeyRef": {"name": "probe", "key": "setting"}}},
-                    {"name": "MISSING", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "x", "optional": True}}},
+                    {"name": "FROM_SECRET",
+                     "valueFrom": {"secretKeyRef": {"name": "probe", "key": "token"}}},
+                    {"name": "FROM_CM",
+                     "valueFrom": {"configMapKeyRef": {"name": "probe", "key": "setting"}}},
+                    {"name": "MISSING", "valueFrom": {
+                        "secretKeyRef": {"name": "nope", "key": "x", "optional": True}}},
                     {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 ],
                 "envFrom": [{"secretRef": {"name": "probe"}, "prefix": "ALL_"}],
@@ -157,5 +162,7 @@ def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster
     assert wait_for(lambda: condition("breaks"), "Job breaks") == "Failed"
     # Background deletion: the garbage collector deletes the pods, the runner removes them.
     cluster.batch.delete_namespaced_job("passes", ns, propagation_policy="Background")
-    wait_for(lambda: not cluster.core.list_namespaced_pod(ns, label_selector="job-name=passes").items,
-             "the Job's pods to go")
+    wait_for(
+        lambda: not cluster.core.list_namespaced_pod(ns, label_selector="job-name=passes").items,
+        "the Job's pods to go",
+    )

