@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 
-.PHONY: setup demo test test-fast bench mlflow-ui clean
+.PHONY: setup demo test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,22 @@ demo: setup
 	$(BIN)/fedtune validate examples/quickstart.yaml
 	$(BIN)/fedtune run examples/quickstart.yaml --fresh --summary-json .fedtune/quickstart-summary.json
 
+# The cluster tests' control plane (docs/cluster-testing.md): built once from the Kubernetes
+# sources into ~/.cache/fedtune/k8s, never into the repository.
+K8S := scripts/k8s/controlplane.py
+
+cluster-binaries:
+	$(PYTHON) $(K8S) build
+
+cluster-up: setup cluster-binaries
+	$(BIN)/python $(K8S) up
+
+cluster-down:
+	$(PYTHON) $(K8S) down
+
 test: setup
+	@if command -v go >/dev/null; then $(PYTHON) $(K8S) build; \
+	else echo "no go on PATH: the cluster tests will be skipped"; fi
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from chart_helpers import NAMESPACE, SCENARIOS, VALUES_DIR, Rendered, load_yaml, pod_specs
 
-from fedtune.engines.launcher_rbac import LAUNCHER_RULES
+from fedtune.engines.launcher_rbac import LAUNCHER_RULES, kfp_run_rules
 
 LAUNCHER_SA = "ft-fedtune-launcher"
 
@@ -114,13 +114,21 @@ def test_launcher_rbac_is_namespaced_and_exactly_the_launcher_rules(
     assert not rendered.of_kind("ClusterRole")
     assert not rendered.of_kind("ClusterRoleBinding")
     tenants = tenants_of(scenario)
-    roles = rendered.of_kind("Role")
+    # The provider namespace holds one Role: what KFP v2 and Argo do as the run's account.
+    (run_role,) = in_namespace(rendered.docs, "Role", NAMESPACE)
+    assert run_role["rules"] == kfp_run_rules()
+    (run_binding,) = in_namespace(rendered.docs, "RoleBinding", NAMESPACE)
+    assert run_binding["roleRef"]["name"] == run_role["metadata"]["name"]
+    assert run_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": LAUNCHER_SA, "namespace": NAMESPACE}
+    ]
+    roles = [r for r in rendered.of_kind("Role") if r is not run_role]
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(
         t["namespace"] for t in tenants
     )
     for role in roles:
         assert role["rules"] == LAUNCHER_RULES, role["metadata"]["namespace"]
-    bindings = rendered.of_kind("RoleBinding")
+    bindings = [b for b in rendered.of_kind("RoleBinding") if b is not run_binding]
     assert len(bindings) == len(tenants)
     for binding in bindings:
         assert binding["roleRef"] == {

@@ -163,9 +163,28 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
+{{/*
+With istio.enabled, every pod of the chart stays out of the mesh: tenant pods and the chart's
+Jobs run without a sidecar (a Job whose sidecar never exits never completes), and under
+Kubeflow's STRICT mTLS a meshed MinIO or MLflow would refuse their plaintext connections.
+*/}}
+{{- define "fedtune.istioOptOut" -}}
+{{- if .Values.istio.enabled }}
+{{- dict "sidecar.istio.io/inject" "false" | toYaml }}
+{{- end }}
+{{- end }}
+
+{{/* Pod annotations of MinIO and MLflow: the shared ones, and the Istio opt-out. */}}
+{{- define "fedtune.serverPodAnnotations" -}}
+{{- $a := merge (fromYaml (include "fedtune.istioOptOut" .)) (deepCopy (default (dict) .Values.podAnnotations)) }}
+{{- with $a }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/* Pod annotations of Jobs and the test pod: the shared ones plus the Job-only ones. */}}
 {{- define "fedtune.jobPodAnnotations" -}}
-{{- $a := merge (deepCopy .Values.jobPodAnnotations) (deepCopy .Values.podAnnotations) }}
+{{- $a := merge (fromYaml (include "fedtune.istioOptOut" .)) (deepCopy (default (dict) .Values.jobPodAnnotations)) (deepCopy (default (dict) .Values.podAnnotations)) }}
 {{- with $a }}
 {{- toYaml . }}
 {{- end }}

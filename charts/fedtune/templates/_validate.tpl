@@ -26,6 +26,11 @@ one pass instead of one `helm install` per mistake. Rendered from templates/vali
 {{- $errors = append $errors "image.gpuDigest is empty while tenantAdmission.enabled=true and tenants are defined: each tenant's admission policy admits only the trainer image pinned by digest. Fix: set image.gpuDigest to the sha256 digest of the fedtune GPU image (docker buildx imagetools inspect IMAGE), or tenantAdmission.enabled=false." }}
 {{- end }}
 
+{{- /* The run's account reads Secrets by name only: an empty resourceNames list would mean every Secret. */}}
+{{- if or (empty $v.launcher.kfp.artifactSecretNames) (empty $v.launcher.kfp.launcherConfigMap) }}
+{{- $errors = append $errors "launcher.kfp.artifactSecretNames or launcher.kfp.launcherConfigMap is empty: the run's ServiceAccount may read KFP's settings and artifact Secrets by name only, and a Role with no names would grant every Secret of the namespace. Fix: name them (defaults: kfp-launcher, [mlpipeline-minio-artifact])." }}
+{{- end }}
+
 {{- /* MLflow backend. */}}
 {{- if eq $v.mlflow.backend.type "postgresql" }}
 {{- if not $v.mlflow.backend.postgresql.existingSecret }}

@@ -18,7 +18,13 @@ from typing import Any
 
 from fedtune.config.base import check_dns1123_label
 from fedtune.config.job import JobConfig, TenantConfig
-from fedtune.core.errors import ConfigError
+from fedtune.core.errors import (
+    ConfigError,
+    FedtuneError,
+    StopRequested,
+    StoreUnavailable,
+    error_classes,
+)
 from fedtune.entrypoints.common import JOB_ENV
 from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind, tenant_copy
 from fedtune.pipelines.images import TENANT_IMAGE_ENV, tenant_image
@@ -253,6 +259,45 @@ def job_name(
 _KIND_LETTERS = {"secagg-advertise": "k", "secagg-share": "s", "secagg-unmask": "u"}
 
 
+# Exit codes a second pod would meet again, so the Job fails at once instead of retrying.
+_RETRYABLE: tuple[type[FedtuneError], ...] = (FedtuneError, StoreUnavailable, StopRequested)
+
+
+def permanent_exit_codes() -> list[int]:
+    """The exit codes of the tenant-step errors a retry cannot cure.
+
+    Every fedtune error's but three: the base class (an unexpected crash), a store outage
+    (``StoreUnavailable``) and a stop by signal (``StopRequested``: eviction, preemption).
+    A bad config, record or checksum fails the same way in every pod; without this rule the
+    Job controller would run the step ``backoffLimit`` more times, minutes of GPU time and a
+    late answer for nothing.
+    """
+    return sorted(
+        {c.exit_code for c in error_classes().values() if c not in _RETRYABLE}
+        - {c.exit_code for c in _RETRYABLE}
+    )
+
+
+def pod_failure_policy(container: str) -> dict[str, Any]:
+    """Fail the Job at a permanent error; a disrupted pod (drain, preemption) is not a failure."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": container,
+                    "operator": "In",
+                    "values": permanent_exit_codes(),
+                },
+            },
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ]
+    }
+
+
 def build_job_manifest(
     job: JobConfig,
     tenant_name: str,
@@ -336,6 +381,7 @@ def build_job_manifest(
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": settings.backoff_limit,
+            "podFailurePolicy": pod_failure_policy(container["name"]),
             "activeDeadlineSeconds": settings.active_deadline_s,
             "ttlSecondsAfterFinished": settings.ttl_s,
             "template": {

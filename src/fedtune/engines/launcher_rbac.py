@@ -1,4 +1,10 @@
-"""The namespaced RBAC rules the tenant launcher needs in each tenant namespace.
+"""The namespaced RBAC rules of the pipeline run's ServiceAccount (the launcher's).
+
+One ServiceAccount runs every task of a fedtune pipeline run (the chart's
+``<release>-fedtune-launcher``, picked as the run's service account in the KFP UI or with
+``fedtune submit --service-account``). It needs two sets of rules, nothing more:
+:data:`LAUNCHER_RULES` in each tenant namespace and :func:`kfp_run_rules` in the provider
+namespace, where the run's pods live.
 
 A KFP task always runs in the run's namespace, so the client step is a launcher that creates a
 ``batch/v1`` Job in the tenant's namespace and waits for it. It never reads the pod's log:
@@ -36,3 +42,64 @@ LAUNCHER_RULES: Final[list[dict[str, list[str]]]] = [
         "verbs": ["list"],
     },
 ]
+
+
+KFP_LAUNCHER_CONFIGMAP: Final = "kfp-launcher"
+"""KFP v2's per-namespace launcher settings (pipeline root, object-store provider)."""
+KFP_ARTIFACT_SECRET: Final = "mlpipeline-minio-artifact"
+"""The object-store Secret Kubeflow syncs into every profile namespace for KFP's artifacts."""
+
+
+def kfp_run_rules(
+    launcher_config_map: str = KFP_LAUNCHER_CONFIGMAP,
+    artifact_secrets: tuple[str, ...] = (KFP_ARTIFACT_SECRET,),
+    *,
+    argo_before_v34: bool = False,
+) -> list[dict[str, list[str]]]:
+    """What KFP v2 and Argo do as the run's ServiceAccount in the run's namespace.
+
+    Sources: Argo Workflows' "Workflow RBAC" page (docs/workflow-rbac.md: the executor's
+    minimum is ``workflowtaskresults`` create and patch; executors before v3.4 instead get,
+    watch and patch their own pod) and Kubeflow Pipelines' ``pipeline-runner`` role
+    (manifests/kustomize/base/pipeline/pipeline-runner-role.yaml), narrowed to what the v2
+    driver and launcher read: the ``kfp-launcher`` ConfigMap and the artifact store's Secret
+    (``get`` only, by name). The upstream role grants far more (pods/exec, services, Jobs,
+    Deployments, every Secret): fedtune's tasks need none of it, so none of it is here.
+    Everything a fedtune task itself reads in this namespace (tenants file, store and
+    presigner Secrets) is mounted by the kubelet, which needs no right of the ServiceAccount.
+
+    Args:
+        launcher_config_map: Name of KFP's launcher ConfigMap in the run's namespace.
+        artifact_secrets: Names of the artifact-store Secrets KFP's launcher reads.
+        argo_before_v34: Also grant pods get/watch/patch, which only Argo executors before
+            v3.4 use. Off by default: patching pods would let a run change the MinIO or
+            MLflow pod of the namespace (a container's image is mutable), and with them
+            reach the object store's root credentials.
+    """
+    rules: list[dict[str, list[str]]] = [
+        # Argo's executor (wait container) reports each task's outputs.
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflowtaskresults"],
+            "verbs": ["create", "patch"],
+        },
+    ]
+    if argo_before_v34:
+        # Argo's executor before v3.4 reads and annotates its own pod instead.
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]})
+    return [
+        *rules,
+        # KFP v2's driver and launcher: settings and artifact-store credentials, by name.
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [launcher_config_map],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": list(artifact_secrets),
+            "verbs": ["get"],
+        },
+    ]
