@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from fedtune.algorithms.fedpt.decoding import Decoder, RecomputeDecoder
 from fedtune.config.algorithms import LargeHttpConfig
 from fedtune.core.errors import ModelError
+from fedtune.models.proxy_decoding import Decoder, RecomputeDecoder
 
 log = logging.getLogger(__name__)
 
