@@ -165,7 +165,7 @@ def examples_for(
             demos = prompts.alternate_by_input(pool, config.response_demos)
             instruction = instructions[index]
             batch.append(
-                fitting_prompt(lambda d: prompts.example_prompt(d, instruction), demos, generate)
+                fitting_prompt(lambda d: prompts.example_prompt(d, instruction), demos, generate)  # noqa: B023
             )
         still = []
         for index, text in zip(pending, generate(batch), strict=True):
