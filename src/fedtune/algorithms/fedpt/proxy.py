@@ -80,7 +80,7 @@ class ModelLogits:
         self.calls += 1
         device = device_of(self.model)
         out = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
-        logits = out.logits[..., : self.vocab_size] if self.vocab_size else out.logits
+        logits: torch.Tensor = out.logits[..., : self.vocab_size] if self.vocab_size else out.logits
         return logits.to(device=input_ids.device, dtype=torch.float32)
 
     def decoder(self) -> Decoder:
