@@ -1,12 +1,12 @@
 # Two commands get a fresh machine from nothing to a result:
 #   make demo   set up, then run the quickstart job
-#   make test   set up, then run the whole test suite
+#   make test   set up, lint (ruff, mypy, import contracts, module sizes), then run the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 
-.PHONY: setup demo test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
+.PHONY: setup demo lint test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,15 @@ cluster-up: setup cluster-binaries
 cluster-down:
 	$(PYTHON) $(K8S) down
 
-test: setup
+# PYTHONPATH=src: lint-imports analyses this checkout's source even where the venv's editable
+# install points at another one.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	PYTHONPATH=src $(BIN)/lint-imports
+	$(BIN)/python scripts/check_module_size.py
+
+test: setup lint
 	@if command -v go >/dev/null; then $(PYTHON) $(K8S) build; \
 	else echo "no go on PATH: the cluster tests will be skipped"; fi
 	$(BIN)/python -m pytest -q

@@ -12,13 +12,12 @@ docs/benchmarks.md is generated from it by ``fedtune.benchmarks.report.mined_mar
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import random
 import tempfile
 import time
 from pathlib import Path
-
-import importlib.metadata
 
 from fedtune.algorithms.fedmkt.vocab import cached_mapping
 from fedtune.benchmarks.provenance import provenance

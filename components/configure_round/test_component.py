@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from fedtune.entrypoints import configure_round
 from tests.kfp.component_checks import assert_folder_consistent, initialised, marker
 from tests.kfp.conftest import two_tenant_job

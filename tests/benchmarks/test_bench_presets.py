@@ -13,7 +13,7 @@ import pytest
 from fedtune.benchmarks.presets import PRESETS, get_preset
 from fedtune.benchmarks.quality import QualitySpec, _check
 from fedtune.benchmarks.selection import select_tuned
-from fedtune.benchmarks.suite import SuiteSpec, build_suite
+from fedtune.benchmarks.suite import build_suite
 from fedtune.cli.main import main
 from fedtune.core.errors import ConfigError
 

@@ -159,8 +159,8 @@ def test_tenant_models_pretrain_with_their_own_tokenizer_and_architecture(
 
 def test_minilm_wordpiece_is_the_shipped_vocabulary_made_causal() -> None:
     from fedtune.benchmarks.vocabularies import pretrain_tokenizer
-    from fedtune.data.tokenize import encode_examples
     from fedtune.data.formats import to_example
+    from fedtune.data.tokenize import encode_examples
 
     tokenizer = pretrain_tokenizer("minilm-wordpiece", [])
     assert len(tokenizer) == 30_522

@@ -16,7 +16,6 @@ import kubernetes_validate
 import pytest
 import yaml
 from chart_helpers import (
-    install_notes,
     CHART_DIR,
     KUBE_VERSION,
     SCENARIOS,
@@ -25,6 +24,7 @@ from chart_helpers import (
     Rendered,
     Renderer,
     copy_chart,
+    install_notes,
 )
 from referencing import Registry, Resource
 

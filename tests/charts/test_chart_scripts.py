@@ -313,9 +313,9 @@ def test_pipeline_pods_track_to_an_auth_mlflow_as_the_user_the_bootstrap_creates
 ) -> None:
     """The bootstrap Job's users container creates the pipeline's MLflow user; a provider
     task's environment, as the compiled pipeline maps it from the Secret, then logs a run."""
+
     from fedtune.config.secrets import MLFLOW_SECRET
     from fedtune.pipelines.builder import ClusterSettings
-    from mlflow.server.auth.client import AuthServiceClient
 
     rendered = render(
         "minimal", set_values=["mlflow.auth.enabled=true", "mlflow.auth.existingSecret=mlflow-auth"]
@@ -359,9 +359,9 @@ def test_pipeline_pods_track_to_an_auth_mlflow_as_the_user_the_bootstrap_creates
 
 def _compiled_secret_env(tmp_path: Path, settings: Any, secret: str) -> dict[str, str]:
     """The env a provider task gets from ``secret`` in the compiled pipeline, values filled in."""
+    from fedtune.config import parse_job
     from fedtune.pipelines.compiling import compile_job
     from tests.kfp.conftest import cluster_job_dict
-    from fedtune.config import parse_job
 
     out = tmp_path / "pipeline.yaml"
     compile_job(parse_job(cluster_job_dict()), out, settings=settings)

@@ -50,7 +50,7 @@ def test_the_notes_submit_line_names_this_releases_objects_and_parses(helm_bin: 
 
 def test_the_notes_tenant_secret_has_the_keys_the_launcher_maps(helm_bin: Path) -> None:
     notes = install_notes(helm_bin, "--values", str(VALUES_DIR / "multi-tenant-gpu.yaml"))
-    line = next(l for l in notes.splitlines() if "--from-literal" in l)
+    line = next(row for row in notes.splitlines() if "--from-literal" in row)
     keys = {
         part.removeprefix("--from-literal=").split("=", 1)[0]
         for part in line.split()

@@ -79,7 +79,7 @@ class CompletionsServer:
             top = [None]
             for position in range(len(prompt)):
                 values, indices = logp[position].topk(k)
-                top.append({self._key(int(i), as_ids): float(v) for v, i in zip(values, indices)})
+                top.append({self._key(int(i), as_ids): float(v) for v, i in zip(values, indices, strict=True)})
             tokens = [self._key(int(i), as_ids) for i in prompt + [next_id]]
             choices.append(
                 {

@@ -18,7 +18,6 @@ from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import DATA
 
 TABLE: dict[str, dict[str, Any]] = {

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from fedtune.cli.main import main
-
 from tests.integration.conftest import DATA, tiny_job_dict
 
 

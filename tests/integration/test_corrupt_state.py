@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from fedtune.cli.main import main
-
 from tests.integration.conftest import tiny_job_dict
 
 STATE = Path("provider/jobs/itest/state")

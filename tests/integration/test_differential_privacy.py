@@ -25,7 +25,6 @@ from fedtune.privacy.clipping import l2_norm
 from fedtune.tracking.base import NullTracker
 from fedtune.tracking.factory import make_tracker
 from fedtune.tracking.mlflow_tracker import local_tracking_uri
-
 from tests.integration.conftest import tiny_job_dict
 
 pytestmark = pytest.mark.slow  # whole jobs (about 25 s each on a busy 2-core machine)

@@ -4,7 +4,6 @@ resumed bitwise, and insisted on by the tenant where the job is silent."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.steps import TenantEnv
 from fedtune.privacy.example_level import epsilon
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import tiny_job_dict
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 from tests.integration.test_fedit_reference import final_adapter

@@ -14,7 +14,6 @@ from fedtune.core.errors import ConfigError, FedtuneError, QuorumError
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import copy_data, tiny_job_dict
 from tests.integration.test_fedit_reference import final_adapter
 

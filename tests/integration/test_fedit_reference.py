@@ -17,7 +17,6 @@ from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import tiny_job_dict
 
 QUIET = RunOptions(progress=False)

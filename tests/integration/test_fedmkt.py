@@ -265,7 +265,7 @@ def test_homogeneous_mode_averages_the_small_models_adapters(tmp_path):
     average = state.group("slm_adapter")
     assert set(average) == set(uploads[0].group("slm_adapter"))
     for key, value in average.items():
-        expected = sum(w * u.group("slm_adapter")[key].double() for w, u in zip(weights, uploads)) / sum(weights)
+        expected = sum(w * u.group("slm_adapter")[key].double() for w, u in zip(weights, uploads, strict=True)) / sum(weights)
         torch.testing.assert_close(value.double(), expected, rtol=1e-6, atol=1e-7)
     # ... and broadcast to every tenant for round 2 (its client step starts from it)
     for name in names:

@@ -16,7 +16,6 @@ import yaml
 from fedtune.cli.main import main
 from fedtune.config import load_job
 from fedtune.engines.fingerprint import config_fingerprint, legacy_fingerprint
-
 from tests.integration.conftest import DATA, tiny_job_dict
 
 STATE = Path(".fedtune/provider/jobs/itest/state/round-000002.safetensors")

@@ -16,7 +16,6 @@ from fedtune.core.messages import Update
 from fedtune.engines import layout, secagg_steps, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.test_fedit_reference import final_adapter
 
 QUIET = RunOptions(progress=False)

@@ -20,7 +20,6 @@ from fedtune.engines.local import RunOptions, run_job
 from fedtune.secagg import identity, prg, shamir
 from fedtune.secagg import protocol as p
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_fedit_reference import final_adapter
 
@@ -232,7 +231,6 @@ def test_secagg_plus_with_two_neighbours_matches_the_plain_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dropped: list[str]
 ) -> None:
     """Five tenants on a ring (each masks with two neighbours, threshold 2 of 3)."""
-    encoded: dict[str, np.ndarray] = {}
     prepare = secagg_steps.prepare_update
 
     def drop(env, update, broadcast, parties):  # type: ignore[no-untyped-def]

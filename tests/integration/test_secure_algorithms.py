@@ -16,12 +16,11 @@ import torch
 
 from fedtune.algorithms.base import SecureSum
 from fedtune.config import JobConfig
-from fedtune.core.registry import get_algorithm
 from fedtune.core.messages import ServerState
+from fedtune.core.registry import get_algorithm
 from fedtune.engines import layout, secagg_steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 
 pytestmark = pytest.mark.slow

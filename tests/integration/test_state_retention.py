@@ -21,7 +21,6 @@ from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.storage.base import Store
 from fedtune.tracking.base import NullTracker
-
 from tests.integration.conftest import tiny_job_dict
 from tests.integration.crash_helpers import run
 

@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from fedtune.cli.main import main
-
 from tests.helpers.hung_server import hanging_proxy, hung_server
 from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
 from tests.integration.conftest import tiny_job_dict

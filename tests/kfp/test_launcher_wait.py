@@ -187,7 +187,7 @@ def test_an_admission_denial_or_unschedulable_pod_fails_the_same_way() -> None:
         launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
     stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes are available: 3 Insufficient gpu")
     api = FakeJobApi([State(job_status(active=1), [stuck])])
-    with pytest.raises(FedtuneError, match="Unschedulable: 0/3 nodes are available") as info:
+    with pytest.raises(FedtuneError, match="Unschedulable: 0/3 nodes are available"):
         launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
     assert api.clock.now - FakeClock().now <= 120 + 10
 

@@ -71,7 +71,7 @@ def test_a_secure_round_with_distributed_noise_through_the_component_bodies_is_a
 
 def test_a_provider_step_refuses_markers_of_another_step(tmp_path: Path) -> None:
     job = parse_job(tiny_job_dict(tmp_path / "w", rounds=1, secure_aggregation=SECURE))
-    job_path = initialised(tmp_path, job, rounds_configured=1)
+    initialised(tmp_path, job, rounds_configured=1)
     client_marker = {"round": 1, "tenant": "tenant-a", "kind": "client", "ok": True, "result": {}}
     with pytest.raises(FedtuneError, match="'client' marker of round 1 where the 'secagg-advertise'"):
         secagg_round.provider_run(job, "route-keys", marker(tmp_path / "artifacts" / "b1"), [client_marker])

@@ -14,9 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-from fedtune.core.catalog import algorithm_catalog
 from fedtune.core import registry
+from fedtune.core.catalog import algorithm_catalog
 from fedtune.core.registry import BUILTIN
 from fedtune.engines import layout
 from fedtune.entrypoints import client_step, common, server_init

@@ -19,10 +19,10 @@ import torch
 from fedtune.config import JobConfig
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError
 from fedtune.core.messages import Broadcast, Update
-from fedtune.storage import open_store
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import run_tenant_step
 from fedtune.entrypoints import tenant_io
+from fedtune.storage import open_store
 from tests.helpers.moto import admin_client, create_bucket, start_moto_server, use_fake_aws_env
 from tests.kfp.conftest import two_tenant_job
 from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod

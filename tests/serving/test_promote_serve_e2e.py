@@ -57,9 +57,9 @@ class Registered:
 def registered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registered]:
     from mlflow import MlflowClient
 
-    from fedtune.tracking.factory import make_tracker
     from fedtune.config import parse_job
     from fedtune.engines.local import RunOptions, run_job
+    from fedtune.tracking.factory import make_tracker
 
     server = start_moto_server()
     try:

@@ -10,7 +10,6 @@ the quorum.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from fedtune.aggregation import TensorSpec, client_weights, validate_update
+from fedtune.aggregation import TensorSpec, WeightMode, client_weights, validate_update
 from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.training.context import ProviderContext, TenantContext, TenantData
@@ -195,7 +195,7 @@ class Algorithm(ABC, Generic[C]):
 
     def client_weights(self, updates: dict[str, Update], names: list[str]) -> list[float]:
         """Weights of ``names``' updates in the mean: by num_samples, or uniform by config."""
-        mode = getattr(self.config, "aggregation_weights", "samples")
+        mode: WeightMode = getattr(self.config, "aggregation_weights", "samples")
         return client_weights(mode, [int(updates[n].meta["num_samples"]) for n in names])
 
     def params(self) -> dict[str, Any]:

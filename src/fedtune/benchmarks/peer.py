@@ -145,7 +145,12 @@ def _commit() -> str | None:
 def bare_federated_loop(job_path: str) -> dict[str, Any]:
     """FedAvg of LoRA adapters written as a PyTorch + PEFT user would, tenants in sequence."""
     import torch
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import (
+        LoraConfig,
+        get_peft_model,
+        get_peft_model_state_dict,
+        set_peft_model_state_dict,
+    )
 
     from fedtune.config import load_job
     from fedtune.data.loader import read_examples
@@ -179,7 +184,7 @@ def bare_federated_loop(job_path: str) -> dict[str, Any]:
     steps = int(job.training.local_steps or 1)
     for round_index in range(1, job.rounds + 1):
         states, weights = [], []
-        for seed, (name, encoded) in enumerate(sorted(data.items())):
+        for seed, (_name, encoded) in enumerate(sorted(data.items())):
             set_peft_model_state_dict(model, global_state)
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=job.training.lr, weight_decay=0.0)
@@ -192,7 +197,7 @@ def bare_federated_loop(job_path: str) -> dict[str, Any]:
             states.append({k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()})
             weights.append(float(len(encoded)))
         total = sum(weights)
-        global_state = {k: sum(w * s[k] for w, s in zip(weights, states)) / total for k in states[0]}
+        global_state = {k: sum(w * s[k] for w, s in zip(weights, states, strict=True)) / total for k in states[0]}
     return {"rounds": job.rounds, "tenants": len(data)}
 
 

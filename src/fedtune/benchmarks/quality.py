@@ -66,8 +66,8 @@ from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
 from fedtune.benchmarks.leakage import LeakageAudit
 from fedtune.benchmarks.methods import Method, check_settings, parse_method
 from fedtune.benchmarks.provenance import source_commit
-from fedtune.benchmarks.selection import select_tuned
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
+from fedtune.benchmarks.selection import select_tuned
 from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
@@ -507,7 +507,8 @@ class _Bench:
             small = env.ctx.peft_model(state.group("adapter"))
             large = algorithm.large(env.ctx).local_model
             pre = algorithm.small_pre(env.ctx).model
-            return ProxyTunedLM(large, pre, small, algorithm.config.alpha), env.ctx.tokenizer()
+            # The benchmark's large model is always local (never the http source).
+            return ProxyTunedLM(large, pre, small, algorithm.config.alpha), env.ctx.tokenizer()  # type: ignore[arg-type]
         if isinstance(algorithm, LoraFedAlgorithm):
             return env.ctx.peft_model(state.group("adapter")), env.ctx.tokenizer()
         # Any other algorithm: what it exports (as a user would get it).
@@ -533,7 +534,7 @@ class _Bench:
             return self.score_proxy(env, state, workdir, round_index)
         if isinstance(env.algorithm, LoraFedAlgorithm) and round_index == 0:
             # LoRA's B starts at zero, so the initial global model is the base model.
-            scores = self.small_zero_shot(Path(uri)) if on_small else dict(self.zero_shot)
+            scores = self.small_zero_shot(Path(uri)) if on_small else dict(self.zero_shot)  # type: ignore[arg-type]  # on_small: uri set
             return {k: v for k, v in scores.items() if not k.startswith("leakage")}
         model, tokenizer = self.model_of(env, state, workdir, round_index)
         metrics = evaluate_model(model, self.eval_set_for(tokenizer), tokenizer)

@@ -464,7 +464,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     tokens = batch * seq * steps
     compiled: dict[str, float] | None = None
     if device.type == "cuda":  # a reference, not fedtune: what torch.compile makes of the bare loop
-        bare = torch.compile(bare)  # bare_run reads this binding
+        bare = torch.compile(bare)  # type: ignore[assignment]  # bare_run reads this binding
         first_s = bare_run()  # compiles
         compiled = {"first_run_s": first_s,
                     "tokens_per_s": tokens / min(bare_run() for _ in range(cell["speed_reps"]))}

@@ -13,7 +13,6 @@ from pydantic import Field, model_validator
 from fedtune.config.base import StrictModel
 from fedtune.config.models import TinyModelConfig
 
-
 _WEIGHTS_HELP = (
     "How client updates are weighted in the server's mean: by their num_samples (capped by "
     "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "

@@ -37,16 +37,6 @@ class StrictModel(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return data
-        kinds = scalar_kinds(cls.model_fields[info.field_name].annotation)
-        if not kinds or "other" in kinds:
-            return value
-        if isinstance(value, bool) and "bool" not in kinds and kinds & {"int", "float"}:
-            raise ValueError(f"expected a number, got the boolean {value}; write a number")
-        if "bool" in kinds and not kinds - {"bool", "none"} and not isinstance(value, bool | None):
-            raise ValueError(f"expected true or false, got {value!r}; write true or false")
-        if isinstance(value, str) and "int" in kinds and not kinds & {"float", "str"}:
-            raise ValueError(f"expected an integer, got the string {value!r}; write it unquoted")
-        return value
 
 
 def check_dns1123_label(value: str) -> str:

@@ -7,11 +7,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from fedtune.config.algorithms import AlgorithmConfig, summed_update_algorithms
-from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
-from fedtune.config.dp_sgd import DpSgdConfig, dp_sgd_problem
-from fedtune.config.privacy import DifferentialPrivacyConfig
 from fedtune.config.base import Dns1123Label, StoreUri, StrictModel
-
+from fedtune.config.dp_sgd import DpSgdConfig, dp_sgd_problem
+from fedtune.config.models import PretrainedModelConfig, TinyModelConfig
+from fedtune.config.privacy import DifferentialPrivacyConfig
 
 ModelConfig = Annotated[TinyModelConfig | PretrainedModelConfig, Field(discriminator="source")]
 

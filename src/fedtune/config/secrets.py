@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Final
 
+# The presigner's variables: defined by the store that reads them (storage knows no job
+# config), named here with the rest.
+from fedtune.storage.s3 import PRESIGNER_ENV as PRESIGNER_ENV
+
 PROVIDER_S3_SECRET: Final = "fedtune-s3"
 """The provider's object-store credentials (the chart's ``objectStore.existingSecret``)."""
 
@@ -22,13 +26,6 @@ S3_SECRET_ENV: Final[dict[str, str]] = {
 PRESIGNER_SECRET: Final = "fedtune-presigner"
 """Keys of the least-privilege object-store user that signs tenants' URLs (the chart's
 ``objectStore.presignerSecret``; with MinIO the bucket bootstrap creates that user)."""
-
-PRESIGNER_ENV: Final[dict[str, str]] = {
-    "access-key-id": "FEDTUNE_PRESIGN_ACCESS_KEY_ID",
-    "secret-access-key": "FEDTUNE_PRESIGN_SECRET_ACCESS_KEY",
-}
-"""Key of the presigner Secret -> the variable the launcher signs with (boto3 ignores them,
-so the launcher's own reads and writes keep the provider's credentials)."""
 
 MLFLOW_SECRET: Final = "fedtune-mlflow-pipeline"
 """MLflow login of pipeline pods when the chart's MLflow basic auth is on (the chart's

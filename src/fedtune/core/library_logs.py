@@ -45,7 +45,7 @@ class _DebugOnly(logging.Logger):
     Its children's records (``mlflow.store...``) stop here too: it never propagates.
     """
 
-    @property  # type: ignore[override]
+    @property
     def handlers(self) -> list[logging.Handler]:
         return [_ROUTER]
 
@@ -53,7 +53,7 @@ class _DebugOnly(logging.Logger):
     def handlers(self, value: list[logging.Handler]) -> None:
         pass
 
-    @property  # type: ignore[override]
+    @property
     def propagate(self) -> bool:
         return False
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedtune.core.errors import IntegrityError
-from fedtune.storage.base import Store
-from fedtune.storage.uri import removal_command
 
 if TYPE_CHECKING:
     import torch
+
+    from fedtune.storage.base import Store
 
 M = TypeVar("M", bound="Message")
 
@@ -47,7 +47,7 @@ class Message:
         except IntegrityError as exc:
             # Removing only the damaged half is not enough: the JSON half alone still
             # marks the message (and its step) as done.
-            command = removal_command(store.uri, [f"{key}.safetensors", f"{key}.json"])
+            command = store.removal_command([f"{key}.safetensors", f"{key}.json"])
             raise IntegrityError(
                 str(exc),
                 fix=f"Remove the whole message so the step that wrote it runs again: `{command}`; "

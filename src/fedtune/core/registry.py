@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from fedtune.core.errors import RegistryError
 
 if TYPE_CHECKING:
     from fedtune.algorithms.base import Algorithm
 
-A = TypeVar("A", bound="type[Algorithm]")
+A = TypeVar("A", bound="type[Algorithm[Any]]")
 
-_ALGORITHMS: dict[str, type[Algorithm]] = {}
+_ALGORITHMS: dict[str, type[Algorithm[Any]]] = {}
 
 _PACKAGE: Final = "fedtune.algorithms"
 BUILTIN: Final[dict[str, str]] = {
@@ -59,7 +59,7 @@ def register(*names: str) -> Callable[[A], A]:
     return wrap
 
 
-def get_algorithm(name: str) -> type[Algorithm]:
+def get_algorithm(name: str) -> type[Algorithm[Any]]:
     """The algorithm class registered under ``name`` (importing only its module)."""
     if name not in _ALGORITHMS and name in BUILTIN:
         importlib.import_module(BUILTIN[name])

@@ -109,12 +109,11 @@ def run_job(
     Tracking happens inside the tasks (server init starts or resumes the MLflow run recorded
     in the provider store, aggregate logs each round, export registers and closes it).
     """
+    from fedtune.engines import privacy_steps
     from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
     from fedtune.entrypoints.server_init import initial_run_info
     from fedtune.pipelines.builder import compile_pipeline
     from fedtune.pipelines.run_form import JOB_SCOPE, family_of
-
-    from fedtune.engines import privacy_steps
 
     resolve_device(job.training)  # before anything is stored
     options = options or RunOptions()

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.storage import open_store
-from fedtune.storage.s3 import S3Bounds
 from fedtune.storage.base import Store
+from fedtune.storage.s3 import S3Bounds
 
 _ROUND = re.compile(r"round-(\d{6})")
 

@@ -42,6 +42,7 @@ from fedtune.engines.workers import (
     tenant_runner,
 )
 from fedtune.tracking.base import Tracker
+from fedtune.training.context import TenantData
 from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def preflight(tenants: steps.TenantEnvs) -> list[str]:
     return warnings
 
 
-def data_warnings(job: JobConfig, data: steps.TenantData) -> list[str]:
+def data_warnings(job: JobConfig, data: TenantData) -> list[str]:
     """What makes a tenant's data train poorly without failing: too few records, no eval split."""
     out = []
     batch = job.training.batch_size

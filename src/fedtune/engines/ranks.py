@@ -257,4 +257,8 @@ def _step_in_rank(job: Any, step: str, args: tuple[Any, ...]) -> dict[str, Any]:
 def _function(step: str) -> Callable[..., dict[str, Any]]:
     from fedtune.engines import steps
 
-    return {"init": steps.init_step, "aggregate": steps.aggregate_step}[step]
+    table: dict[str, Callable[..., dict[str, Any]]] = {
+        "init": steps.init_step,
+        "aggregate": steps.aggregate_step,
+    }
+    return table[step]

@@ -338,7 +338,7 @@ def run_round(
             log.run_provider(env, round_index, sampled, step)
             continue
         callback: Callable[[Any], None] = done if step == "client" else (lambda _: None)
-        outcomes = runner.run([Task(step, round_index, n) for n in names], callback)
+        outcomes = runner.run([Task(step, round_index, n) for n in names], callback)  # type: ignore[arg-type]  # a tenant step's kind
         ok = {n: dict(o.result) for n, o in outcomes.items() if o.result is not None}
         names = log.tenants(step, ok, {n: str(o.failure) for n, o in outcomes.items() if o.result is None})
     aggregate = log.finish(env, round_index, sampled)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fedtune.aggregation.validation import check_update_norm
-from fedtune.core.errors import ConfigError, SecureAggregationError
+from fedtune.core.errors import SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
 from fedtune.engines.steps import (

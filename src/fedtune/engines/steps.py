@@ -33,7 +33,6 @@ from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import acceptance, layout
 from fedtune.storage.base import Store
-from fedtune.training.progress import ProgressHook
 from fedtune.training.context import (
     ProviderContext,
     SharedBase,
@@ -42,17 +41,12 @@ from fedtune.training.context import (
     derive_seed,
     split_examples,
 )
+from fedtune.training.progress import ProgressHook
 
 if TYPE_CHECKING:
     from fedtune.algorithms.base import Algorithm, Artifact
 
 log = logging.getLogger(__name__)
-
-#: Artifact tag marking a model that must never be shared with tenants (e.g. FedBiOT's AdapFu,
-#: which holds E*). Every export stays in the provider-private store; the tag travels to the
-#: registry so that whoever promotes or shares a version sees it.
-PROVIDER_ONLY_TAG = "provider_only"
-
 
 @dataclass
 class ProviderEnv:

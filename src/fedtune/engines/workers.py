@@ -113,7 +113,7 @@ def device_plan(
     if setting == "cpu" or (setting == "auto" and device_count == 0):
         return ["cpu"] * workers
     devices = list(range(device_count)) if setting == "auto" else list(setting)
-    missing = [d for d in devices if d >= device_count]
+    missing = [d for d in devices if d >= device_count]  # type: ignore[operator]  # str: auto/cpu only
     if missing:
         raise ConfigError(
             f"engine.worker_devices={devices} names CUDA device(s) {missing}, but CUDA "

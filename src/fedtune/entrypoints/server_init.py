@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError
 from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.entrypoints import common

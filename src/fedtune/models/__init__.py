@@ -14,7 +14,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedtune.models.summary import describe
     from fedtune.models.loading import check_model_dir, load_pretrained, save_pretrained_dir
     from fedtune.models.lora import (
         DEFAULT_TARGETS,
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
         set_adapter_state,
         trainable_parameters,
     )
+    from fedtune.models.summary import describe
     from fedtune.models.tiny import ARCHS, Arch, build_tiny_model, tiny_config
     from fedtune.models.tokenizer import load_tokenizer, read_info, train_tokenizer
 

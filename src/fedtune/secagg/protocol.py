@@ -35,7 +35,15 @@ import numpy as np
 
 from fedtune.core.errors import SecureAggregationError
 from fedtune.secagg import graph, identity, keys, prg, shamir
-from fedtune.secagg.messages import KEY, SEED, Advertisement, Dealt, Roster, TenantSecrets, identities_of
+from fedtune.secagg.messages import (
+    KEY,
+    SEED,
+    Advertisement,
+    Dealt,
+    Roster,
+    TenantSecrets,
+    identities_of,
+)
 
 __all__ = [
     "KEY",

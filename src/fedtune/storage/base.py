@@ -6,6 +6,7 @@ Implementations: :mod:`fedtune.storage.local` (``file://``) and :mod:`fedtune.st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -87,4 +88,9 @@ class Store(Protocol):
         ``key`` may also name a sidecar (``<key>.sha256``) so that an uploader can send the
         checksum too. Stores without such URLs (local folders) raise ``StoreError``.
         """
+        ...
+
+    def removal_command(self, keys: Sequence[str]) -> str:
+        """A shell command that deletes ``keys`` and their sidecars: what a fix tells a user
+        to run (``rm -f`` for a folder, ``aws s3 rm`` for S3)."""
         ...

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -57,6 +57,9 @@ class _HashingReader:
         if not data or size < 0:
             self.at_end = True
         return data
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 class BlobStore(ABC):
@@ -284,6 +287,12 @@ class BlobStore(ABC):
                 fix="S3 signatures last at most 7 days; pass a shorter expiry.",
             )
         return self._presign(name, method, expires_s)
+
+    def removal_command(self, keys: Sequence[str]) -> str:
+        """A shell command that deletes ``keys`` and their sidecars; see the protocol."""
+        from fedtune.storage.uri import removal_command  # uri imports the stores: not at top
+
+        return removal_command(self.uri, [*keys])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

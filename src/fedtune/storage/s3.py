@@ -8,13 +8,13 @@ roles); this module never reads, stores or logs them.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import logging
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 from fedtune.core.errors import StoreError, StoreUnavailable
 from fedtune.storage.blobstore import BlobStore
@@ -112,14 +112,20 @@ def make_client(
     return session.client("s3", endpoint_url=endpoint_url, config=config, **keys)
 
 
+PRESIGNER_ENV: Final[dict[str, str]] = {
+    "access-key-id": "FEDTUNE_PRESIGN_ACCESS_KEY_ID",
+    "secret-access-key": "FEDTUNE_PRESIGN_SECRET_ACCESS_KEY",
+}
+"""Key of the presigner Secret -> the variable the launcher signs with (boto3 ignores them,
+so the launcher's own reads and writes keep the provider's credentials)."""
+
+
 def presigner_credentials() -> tuple[str, str] | None:
     """The presigning user's keys from the environment, or None when none are set.
 
     A pre-signed URL can do what its signer can: signing with a user allowed only to get and
     put exchange objects keeps the provider's own keys out of every URL tenants hold.
     """
-    from fedtune.config.secrets import PRESIGNER_ENV
-
     names = list(PRESIGNER_ENV.values())
     values = [os.environ.get(name, "") for name in names]
     if not any(values):

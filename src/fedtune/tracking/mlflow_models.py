@@ -111,7 +111,7 @@ def _model_code(model_dir: Path, tmp: Path) -> dict[str, Any]:
             "pip_requirements": model_requirements(with_peft),
         }
     # The decoding routine travels with the model under a name that cannot clash.
-    from fedtune.algorithms.fedpt import decoding
+    from fedtune.models import proxy_decoding as decoding
 
     shipped = tmp / "code" / "fedtune_fedpt_decoding.py"
     shipped.parent.mkdir(parents=True)

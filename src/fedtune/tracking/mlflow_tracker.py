@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from fedtune.core import killpoints
 from fedtune.core.errors import ConfigError, StoreError
 from fedtune.tracking.base import ModelRef, RunStatus
+from fedtune.tracking.digest import CONTENT_TAG, RUN_TAG, folder_sha256
+from fedtune.tracking.mlflow_env import bound_mlflow_http
 from fedtune.tracking.mlflow_models import (
     check_model_dir,
     download_hf_model,
@@ -34,8 +36,6 @@ from fedtune.tracking.mlflow_models import (
     log_hf_model,
     mlflow_errors,
 )
-from fedtune.tracking.mlflow_env import bound_mlflow_http
-from fedtune.tracking.digest import CONTENT_TAG, RUN_TAG, folder_sha256
 from fedtune.tracking.params import is_secret_key, loggable_params, redact
 from fedtune.tracking.sqlite_db import ensure_database
 

@@ -4,7 +4,7 @@ Like ``hf_pyfunc_model.py`` this file stands alone (mlflow and pandas at module 
 fedtune import, no pickle). The artifact is the directory FedPT exports: ``fedpt.json`` (alpha
 and the parts), ``large/`` (the large model), ``small/`` (the small base model, its tokenizer
 and ``adapter/``). Generation is ``fedtune_fedpt_decoding.generate_tokens``, a copy of
-``fedtune.algorithms.fedpt.decoding`` shipped with the model (MLflow ``code_paths``): greedy
+``fedtune.models.proxy_decoding`` shipped with the model (MLflow ``code_paths``): greedy
 decoding on ``z_large + alpha * (z_small_ft - z_small_pre)`` with a KV cache per model.
 
 Input: a table with a ``prompt`` column. Output: one continuation per prompt.

@@ -45,6 +45,7 @@ from fedtune.training.progress import ProgressHook, logged_progress
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
     from fedtune.training.local import Batch
     from fedtune.training.precision import Runtime
@@ -123,7 +124,7 @@ def build_model(
     tenant: str | None = None,
     store_uri: str | None = None,
     runtime: Runtime | None = None,
-) -> tuple[torch.nn.Module, Any]:
+) -> tuple[PreTrainedModel, Any]:
     """A frozen base model and its tokenizer from a tiny config or a model directory URI.
 
     With ``tenant`` set (a tenant's own model), remote URIs are read through the tenant's
@@ -226,7 +227,7 @@ class _Encoding:
         cached = self.__dict__.get("_runtime")
         if cached is None:
             cached = self.__dict__["_runtime"] = Runtime.of(self.training)
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     def encode(self, examples: Sequence[Example]) -> list[dict[str, list[int]]]:
         """Tokenize examples with response-only labels.
@@ -264,7 +265,7 @@ class _Encoding:
         for start in range(0, len(encoded), size):
             yield collate(list(encoded[start : start + size]), pad_id)
 
-    def _peft(self, cache: dict[str, Any], base: torch.nn.Module, arch: str, adapter: Any) -> Any:
+    def _peft(self, cache: dict[str, Any], base: PreTrainedModel, arch: str, adapter: Any) -> Any:
         """The base wrapped with LoRA (once); ``adapter`` loaded, else the seeded initial one."""
         import torch
 
@@ -335,16 +336,17 @@ class ProviderContext(_Encoding):
             self._load_base()
         return self._cache["tokenizer"]
 
-    def base_model(self) -> torch.nn.Module:
+    def base_model(self) -> PreTrainedModel:
         """The frozen base model (never trained in place)."""
         if "base" not in self._cache:
             self._load_base()
-        return self._cache["base"]
+        base: PreTrainedModel = self._cache["base"]
+        return base
 
     def _load_base(self) -> None:
         self._cache["base"], self._cache["tokenizer"] = self.build_base()
 
-    def build_base(self) -> tuple[torch.nn.Module, Any]:
+    def build_base(self) -> tuple[PreTrainedModel, Any]:
         """A new, uncached copy of the frozen base model and its tokenizer.
 
         The cached base model is wrapped by PEFT in place once LoRA is applied; export uses
@@ -430,7 +432,7 @@ class TenantBase:
     owner: str | None = None
     store_uri: str | None = None
 
-    def build(self, runtime: Runtime | None = None) -> tuple[torch.nn.Module, Any]:
+    def build(self, runtime: Runtime | None = None) -> tuple[PreTrainedModel, Any]:
         """The frozen base model and tokenizer this base names (see :func:`build_model`)."""
         assert self.model is not None  # callers check first
         return build_model(
@@ -536,7 +538,7 @@ class TenantContext(_Encoding):
             return self.base.model.arch
         return _arch_of(self.base_model())
 
-    def base_model(self) -> torch.nn.Module:
+    def base_model(self) -> PreTrainedModel:
         """The frozen tenant-readable base model."""
         return self._load()[0]
 
@@ -546,9 +548,10 @@ class TenantContext(_Encoding):
 
     def _cache(self) -> dict[str, Any]:
         key = repr(self.base)
-        return self.shared.cache.setdefault(key, {})
+        cache: dict[str, Any] = self.shared.cache.setdefault(key, {})
+        return cache
 
-    def _load(self) -> tuple[torch.nn.Module, Any]:
+    def _load(self) -> tuple[PreTrainedModel, Any]:
         if self.base.model is None:
             raise ModelError(
                 f"tenant {self.tenant!r}: this algorithm gives tenants no base model, and no "

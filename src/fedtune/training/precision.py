@@ -153,7 +153,7 @@ class Stepper:
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate ``loss`` (scaled for fp16)."""
         if self.scaler is None:
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss.backward()
         else:
             self.scaler.scale(loss).backward()
             self._unscaled = False

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from fedtune.config import load_job, parse_job
 from fedtune.config.algorithms import FedOptConfig
@@ -34,8 +35,8 @@ def test_valid_job_parses_with_defaults(tmp_path: Path) -> None:
     assert job.tenants[0].data_uri == str(tmp_path / "a.jsonl")  # relative -> job dir
     assert job.tenants[1].data_uri == "s3://bucket/b.jsonl"  # URIs untouched
     assert job.tenants[0].k8s_namespace == "tenant-a"
-    with pytest.raises(Exception):
-        job.rounds = 5  # frozen
+    with pytest.raises(ValidationError, match="frozen"):
+        job.rounds = 5
 
 
 @pytest.mark.parametrize(

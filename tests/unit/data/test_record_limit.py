@@ -18,7 +18,6 @@ from fedtune.core.errors import IntegrityError
 from fedtune.data.jsonl import bounded_lines
 from fedtune.data.loader import read_examples, read_numbered_examples
 from fedtune.storage import open_store
-
 from tests.integration.conftest import tiny_job_dict
 
 HUGE = 40 * 2**20  # 40 MiB in one line

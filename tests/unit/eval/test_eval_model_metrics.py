@@ -164,7 +164,7 @@ def test_memorization_audit_runs_on_a_model(
     generate = greedy_generate_fn(tiny_llama, tiny_tokenizer, max_new_tokens=6)
     outputs = generate_greedy(tiny_llama, tiny_tokenizer, PROMPTS, max_new_tokens=6)
     # Training responses equal to what the model says are fully reproduced ...
-    report = memorization_audit(generate, list(zip(PROMPTS, outputs)))
+    report = memorization_audit(generate, list(zip(PROMPTS, outputs, strict=True)))
     assert report.generations == tuple(outputs)
     assert report.mean_rouge_l == pytest.approx(1.0)
     # ... and responses it does not say are not.
@@ -205,7 +205,7 @@ def test_length_normalisation_divides_by_option_tokens(
     normalised = option_loglik(tiny_llama, tiny_tokenizer, prompt, OPTIONS, length_normalize=True)
     lengths = [len(tiny_tokenizer(o, add_special_tokens=False)["input_ids"]) for o in OPTIONS]
     assert lengths[2] > 1
-    assert normalised == pytest.approx([s / n for s, n in zip(raw, lengths)], abs=1e-6)
+    assert normalised == pytest.approx([s / n for s, n in zip(raw, lengths, strict=True)], abs=1e-6)
 
 
 def test_mc_accuracy_follows_the_highest_likelihood(

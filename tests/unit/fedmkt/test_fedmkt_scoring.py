@@ -9,8 +9,8 @@ from fedtune.algorithms.fedmkt.scoring import label_sets, score_model
 from fedtune.config.models import TinyModelConfig
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import Example
-from fedtune.eval.choice import ChoiceItem, mc_accuracy
 from fedtune.data.templates import render_prompt
+from fedtune.eval.choice import ChoiceItem, mc_accuracy
 from fedtune.training.context import build_model
 
 CLASSIFY = [Example(f"Answer with animal or fruit: what is '{w}'?", "", label, "classify")

@@ -10,7 +10,6 @@ import pytest
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError
 from fedtune.engines.fingerprint import config_fingerprint
-
 from tests.integration.conftest import tiny_job_dict
 
 UNIFORM = {"name": "fedavg", "aggregation_weights": "uniform"}

@@ -23,7 +23,6 @@ from fedtune.privacy.example_level import epsilon, sample_rate
 from fedtune.training.context import ExampleBatches
 from fedtune.training.dp_sgd import PrivateRun, running
 from fedtune.training.local import train_local
-
 from tests.integration.conftest import tiny_job_dict
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 

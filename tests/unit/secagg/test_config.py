@@ -11,9 +11,7 @@ import pytest
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError
 from fedtune.engines.fingerprint import config_fingerprint, legacy_fingerprint
-
 from tests.integration.conftest import tiny_job_dict
-
 
 FIVE = [{"name": f"tenant-{x}", "data_uri": f"{x}.jsonl"} for x in "abcde"]
 

@@ -16,7 +16,6 @@ import pytest
 from fedtune.core.errors import StoreUnavailable
 from fedtune.tracking.mlflow_env import BACKOFF_ENV, RETRIES_ENV, TELEMETRY_ENV, TIMEOUT_ENV
 from fedtune.tracking.mlflow_tracker import MlflowTracker
-
 from tests.helpers.hung_server import closed_port, hung_server
 from tests.integration.crash_helpers import fedtune_env
 

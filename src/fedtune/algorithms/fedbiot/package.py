@@ -28,7 +28,6 @@ from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 from fedtune.config.job import LoraConfig
 from fedtune.core.errors import ModelError
 from fedtune.models import lora as lora_helpers
-from fedtune.training.precision import Runtime
 from fedtune.models.layers import (
     LayerLayout,
     LayerSplit,
@@ -36,6 +35,7 @@ from fedtune.models.layers import (
     map_to_base,
     unique_state,
 )
+from fedtune.training.precision import Runtime
 
 Tensors = dict[str, torch.Tensor]
 

@@ -37,6 +37,7 @@ from fedtune.algorithms.fedbiot.alignment import (
 from fedtune.algorithms.fedbiot.package import Blueprint, Tensors, select
 from fedtune.config.algorithms import OffsiteFamilyConfig
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
+from fedtune.core.tags import PROVIDER_ONLY_TAG
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.models import lora as lora_helpers
 from fedtune.models.layers import (
@@ -76,7 +77,7 @@ class Provider:
         """Locate the layers of the provider's model and bind the split to it."""
         model = ctx.base_model()
         layout = locate_layers(model)
-        model_config: PretrainedConfig = model.config  # type: ignore[assignment]
+        model_config: PretrainedConfig = model.config
         blueprint = Blueprint(
             config=model_config, layout=layout, split=split, arch=ctx.arch, runtime=ctx.runtime
         )
@@ -365,9 +366,6 @@ def export(
     provider: Provider, state: ServerState, out_dir: Path, tags: dict[str, str]
 ) -> dict[str, Artifact]:
     """AdapEmu and AdapFu as Hugging Face directories (AdapFu never leaves the provider)."""
-    # Imported here: the engine imports the algorithms, so a module-level import would cycle.
-    from fedtune.engines.steps import PROVIDER_ONLY_TAG
-
     adapter = state.group("adapter")
     split = provider.blueprint.split
     layers = run_info(split)

@@ -40,7 +40,7 @@ from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedmkt import client, public, scoring, server
 from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
-from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, distil
+from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, Teacher, distil
 from fedtune.config.algorithms import FedMKTConfig
 from fedtune.core.errors import ConfigError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
@@ -94,7 +94,8 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         )
         return {f"{prefix}/{k}": v for k, v in found.items()}
 
-    def _settings(self, ctx: Any, tokenizer: Any, purpose: str, round_index: int) -> DistilSettings:
+    # Shared by both halves: each takes the context of the side it runs on.
+    def _settings(self, ctx: ProviderContext | TenantContext, tokenizer: Any, purpose: str, round_index: int) -> DistilSettings:
         return DistilSettings(
             ce_weight=self.config.ce_weight,
             epochs=self.config.kd_epochs,
@@ -105,13 +106,13 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
             runtime=ctx.runtime,
         )
 
-    def _knowledge(self, ctx: Any, model: Any, tokenizer: Any, side: Side, chars: list[int], top_k: int) -> Knowledge:
+    def _knowledge(self, ctx: ProviderContext | TenantContext, model: Any, tokenizer: Any, side: Side, chars: list[int], top_k: int) -> Knowledge:
         return compute_knowledge(
             model, side.rows, side.samples.tolist(), chars, pad_id=tokenizer.pad_token_id,
             vocab_size=len(tokenizer), top_k=top_k, batch_size=self.config.kd_batch_size,
         )
 
-    def _distil(self, ctx: Any, model: Any, tokenizer: Any, side: Side, teachers: dict, purpose: str, round_index: int) -> dict[str, float]:
+    def _distil(self, ctx: ProviderContext | TenantContext, model: Any, tokenizer: Any, side: Side, teachers: dict[int, Teacher], purpose: str, round_index: int) -> dict[str, float]:
         lr = self.config.kd_lr or ctx.training.lr
         params = lora_helpers.trainable_parameters(model)
         ctx.runtime.master(params)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from fedtune.algorithms.fedmkt.knowledge import Knowledge, response_positions
 from fedtune.data.tokenize import collate
 from fedtune.training.distill import topk_kd, weighted_ce_kd
 from fedtune.training.precision import Runtime
+
+if TYPE_CHECKING:
+    from fedtune.storage.base import Store
 
 Teacher = tuple[np.ndarray, np.ndarray]  # (Q, k) receiver ids, (Q, k) log-probabilities
 
@@ -40,7 +43,7 @@ class TensorCache(Protocol):
 class StoreCache:
     """A :class:`TensorCache` in a store (the provider's), one safetensors file per key."""
 
-    store: Any
+    store: Store | None
     hits: int = 0
 
     def load(self, key: str) -> dict[str, torch.Tensor] | None:

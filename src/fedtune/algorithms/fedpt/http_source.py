@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from fedtune.algorithms.fedpt.decoding import Decoder, RecomputeDecoder
 from fedtune.config.algorithms import LargeHttpConfig
 from fedtune.core.errors import ModelError
+from fedtune.models.proxy_decoding import Decoder, RecomputeDecoder
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class HttpLogitSource:
         self.config = config
         self.name = config.url
         self.vocab_size = len(tokenizer)
-        self._vocab = tokenizer.get_vocab()
+        self._vocab: dict[str, int] = tokenizer.get_vocab()
         self._tokenizer = tokenizer
         self._backoff_s = backoff_s
         self.requests = 0
@@ -138,7 +138,8 @@ class HttpLogitSource:
             request = urllib.request.Request(self.config.url, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-                    return json.loads(response.read())
+                    answer: dict[str, Any] = json.loads(response.read())
+                    return answer
             except urllib.error.HTTPError as err:
                 text = err.read().decode(errors="replace")[:MAX_ERROR_BODY]
                 last = f"HTTP {err.code}: {text}"

@@ -11,7 +11,7 @@ over a vocabulary all three models share (checked by :func:`check_same_vocabular
 decodes token by token, each model with its own KV cache where it has one (a Hugging Face
 model) and by recomputation where it has none (an HTTP endpoint is stateless).
 
-The arithmetic that the serving model needs lives in :mod:`fedtune.algorithms.fedpt.decoding`
+The arithmetic that the serving model needs lives in :mod:`fedtune.models.proxy_decoding`
 (torch only, shipped inside the registered model); this module adds the sources.
 """
 
@@ -23,7 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from fedtune.algorithms.fedpt.decoding import (
+from fedtune.core.errors import ConfigError
+from fedtune.models.proxy_decoding import (
     CachedDecoder,
     Decoder,
     RecomputeDecoder,
@@ -31,7 +32,6 @@ from fedtune.algorithms.fedpt.decoding import (
     device_of,
     generate_tokens,
 )
-from fedtune.core.errors import ConfigError
 
 __all__ = [
     "LogitSource",
@@ -80,7 +80,7 @@ class ModelLogits:
         self.calls += 1
         device = device_of(self.model)
         out = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
-        logits = out.logits[..., : self.vocab_size] if self.vocab_size else out.logits
+        logits: torch.Tensor = out.logits[..., : self.vocab_size] if self.vocab_size else out.logits
         return logits.to(device=input_ids.device, dtype=torch.float32)
 
     def decoder(self) -> Decoder:
@@ -229,7 +229,8 @@ class ProxyTunedLM(torch.nn.Module):
             out = m(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                     position_ids=positions.to(device))
             logits.append(out.logits.to(input_ids.device))
-        return _Output(combine(*logits, self.alpha))
+        z_large, z_pre, z_ft = logits
+        return _Output(combine(z_large, z_pre, z_ft, self.alpha))
 
     @torch.no_grad()
     def generate(

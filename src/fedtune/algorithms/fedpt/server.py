@@ -23,12 +23,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
-from fedtune.algorithms.fedpt.decoding import combine
 from fedtune.algorithms.fedpt.proxy import LogitSource, ModelLogits, check_same_vocabulary
 from fedtune.config.algorithms import (
     FedPTConfig,
@@ -40,8 +39,12 @@ from fedtune.config.job import TinyModelConfig
 from fedtune.core.errors import ConfigError, DataError, ModelError
 from fedtune.data.formats import Example
 from fedtune.data.tokenize import collate
+from fedtune.models.proxy_decoding import combine
 from fedtune.training.context import ProviderContext, build_model, derive_seed
 from fedtune.training.local import batch_indices
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ class LargeModel:
     source: LogitSource
     vocab: dict[str, int]
     identity: str  # what the logit cache is keyed by
-    local_model: torch.nn.Module | None = None  # set for tiny/pretrained (exportable)
+    local_model: PreTrainedModel | None = None  # set for tiny/pretrained (exportable)
     tokenizer: Any = None
 
 

@@ -59,7 +59,7 @@ class Greedy:
     def __init__(self, model: Any, tokenizer: Any, config: FewFedPITConfig) -> None:
         self.model, self.tokenizer, self.config = model, tokenizer, config
         positions = getattr(model.config, "max_position_embeddings", None)
-        self.max_prompt_tokens = None if positions is None else positions - config.max_new_tokens
+        self.max_prompt_tokens: int | None = None if positions is None else positions - config.max_new_tokens
 
     def __call__(self, batch: list[str]) -> list[str]:
         return generate_greedy(
@@ -165,7 +165,7 @@ def examples_for(
             demos = prompts.alternate_by_input(pool, config.response_demos)
             instruction = instructions[index]
             batch.append(
-                fitting_prompt(lambda d: prompts.example_prompt(d, instruction), demos, generate)
+                fitting_prompt(lambda d: prompts.example_prompt(d, instruction), demos, generate)  # noqa: B023
             )
         still = []
         for index, text in zip(pending, generate(batch), strict=True):

@@ -6,8 +6,8 @@ This file imports nothing from fedtune on purpose: the registered FedPT model sh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import inspect
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
