@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 
-.PHONY: setup demo test test-fast bench mlflow-ui clean
+.PHONY: setup servers demo test test-fast bench mlflow-ui clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,18 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The real servers the `cluster` tests meet: PostgreSQL (apt-get) and MinIO built from source,
+# cached in ~/.cache/fedtune; fast once done.
+servers:
+	scripts/servers/setup.sh
+
 demo: setup
 	$(BIN)/fedtune validate examples/quickstart.yaml
 	$(BIN)/fedtune run examples/quickstart.yaml --fresh --summary-json .fedtune/quickstart-summary.json
 
-test: setup
-	$(BIN)/python -m pytest -q
+# FEDTUNE_REQUIRE_SERVERS=1: a server `make servers` should have provided fails, never skips.
+test: setup servers
+	FEDTUNE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
