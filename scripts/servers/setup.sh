@@ -38,5 +38,5 @@ else
   echo "servers: PostgreSQL present ($dir)" >&2
 fi
 
-"$here/install_minio.sh" >/dev/null
-echo "servers: MinIO ready ($("$here/install_minio.sh"))" >&2
+minio="$("$here/install_minio.sh")"
+echo "servers: MinIO ready ($minio)" >&2

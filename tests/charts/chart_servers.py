@@ -23,6 +23,7 @@ from containers import Secrets, local_process
 from tests.helpers.servers import Server, free_port, minio_binary, start, wait_http_ok
 
 SCRIPTS = CHART_DIR / "files" / "scripts"
+SERVICE_URL = "http://ft-fedtune-minio.fedtune.svc.cluster.local:"  # what pods would reach
 EXCHANGE, PROVIDER, ARTIFACTS = "fedtune-exchange", "fedtune-provider", "fedtune-mlflow"
 ROOT = ("fedtune-root", "root-secret-never-logged-1f9b")
 PRESIGNER = ("fedtune-presigner", "presigner-secret-never-logged-7c2d")
@@ -86,7 +87,7 @@ class ChartMinio:
                         for a in argv]
             for name in ("AWS_ENDPOINT_URL_S3", "MLFLOW_S3_ENDPOINT_URL"):
                 if name in env:
-                    assert env[name].startswith("http://ft-fedtune-minio.fedtune.svc.cluster.local:")
+                    assert env[name].startswith(SERVICE_URL), env[name]
                     env[name] = self.endpoint
             proc = subprocess.Popen(
                 argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -35,7 +35,8 @@ def local_process(
     as kubelet would refuse to start the container.
     """
     local = path_mapper(paths)
-    argv = [local(a) for a in container.get("command", entrypoint or []) + container.get("args", [])]
+    command = container.get("command", entrypoint or [])
+    argv = [local(a) for a in command + container.get("args", [])]
     argv = [sys.executable if a == "python" else a for a in argv]
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     for item in container.get("env", []):

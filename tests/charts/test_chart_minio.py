@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from chart_servers import (  # noqa: F401 (fixtures)
+from chart_servers import (
     ARTIFACTS,
     EXCHANGE,
     PRESIGNER,
@@ -30,9 +30,7 @@ from chart_servers import (  # noqa: F401 (fixtures)
     ROOT,
     SECRETS,
     ChartMinio,
-    chart_minio,
     finish,
-    minio_bin,
 )
 
 pytestmark = pytest.mark.cluster
@@ -93,7 +91,9 @@ def test_the_presigning_user_can_get_and_put_exchange_objects_and_nothing_else(
     # Everything else is refused by MinIO's policy engine.
     denied = {
         "list exchange": s3_error(signer.list_objects_v2, Bucket=EXCHANGE),
-        "delete exchange object": s3_error(signer.delete_object, Bucket=EXCHANGE, Key="tenants/a/x.bin"),
+        "delete exchange object": s3_error(
+            signer.delete_object, Bucket=EXCHANGE, Key="tenants/a/x.bin"
+        ),
         "list buckets": s3_error(signer.list_buckets),
         "create bucket": s3_error(signer.create_bucket, Bucket="fedtune-stolen"),
     }
@@ -200,16 +200,23 @@ def test_the_bootstrap_is_idempotent_and_an_upgrade_rotates_the_presigner_key(
     root = chart_minio.client(ROOT)
     root.put_object(Bucket=EXCHANGE, Key="kept.bin", Body=b"kept")
     rotated = (PRESIGNER[0], "presigner-rotated-secret-55e1")
-    runs = chart_minio.bootstrap({**SECRETS, ("fedtune-presigner", "secret-access-key"): rotated[1]})
-    assert all(f"bucket {b} already exists" in runs["bootstrap"].stderr for b in (EXCHANGE, PROVIDER, ARTIFACTS))
-    assert root.get_object(Bucket=EXCHANGE, Key="kept.bin")["Body"].read() == b"kept"
-    assert chart_minio.client(rotated).get_object(Bucket=EXCHANGE, Key="kept.bin")["Body"].read() == b"kept"
+    upgraded = {**SECRETS, ("fedtune-presigner", "secret-access-key"): rotated[1]}
+
+    def read_kept(keys: tuple[str, str]) -> bytes:
+        got = chart_minio.client(keys).get_object(Bucket=EXCHANGE, Key="kept.bin")
+        return bytes(got["Body"].read())
+
+    runs = chart_minio.bootstrap(upgraded)
+    for bucket in (EXCHANGE, PROVIDER, ARTIFACTS):
+        assert f"bucket {bucket} already exists" in runs["bootstrap"].stderr
+    assert read_kept(ROOT) == b"kept"
+    assert read_kept(rotated) == b"kept"
     assert s3_error(chart_minio.client(PRESIGNER).get_object, Bucket=EXCHANGE, Key="kept.bin") in {
         "SignatureDoesNotMatch", "InvalidAccessKeyId"
     }
     # And a third run with nothing changed is a no-op that still succeeds.
-    chart_minio.bootstrap({**SECRETS, ("fedtune-presigner", "secret-access-key"): rotated[1]})
-    assert chart_minio.client(rotated).get_object(Bucket=EXCHANGE, Key="kept.bin")["Body"].read() == b"kept"
+    chart_minio.bootstrap(upgraded)
+    assert read_kept(rotated) == b"kept"
 
 
 def test_the_hook_started_before_minio_is_up_waits_for_it(chart_minio: ChartMinio) -> None:
