@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 
-.PHONY: setup demo lint test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
+.PHONY: setup servers demo lint test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The real servers the `cluster` tests meet: PostgreSQL (apt-get) and MinIO built from source,
+# cached in ~/.cache/fedtune; fast once done.
+servers:
+	scripts/servers/setup.sh
 
 demo: setup
 	$(BIN)/fedtune validate examples/quickstart.yaml
@@ -42,10 +47,11 @@ lint: setup
 	PYTHONPATH=src $(BIN)/lint-imports
 	$(BIN)/python scripts/check_module_size.py
 
-test: setup lint
+# FEDTUNE_REQUIRE_SERVERS=1: a server `make servers` should have provided fails, never skips.
+test: setup lint servers
 	@if command -v go >/dev/null; then $(PYTHON) $(K8S) build; \
 	else echo "no go on PATH: the cluster tests will be skipped"; fi
-	$(BIN)/python -m pytest -q
+	FEDTUNE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

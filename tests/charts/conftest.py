@@ -26,6 +26,7 @@ from chart_helpers import (
     Renderer,
     run_helm_template,
 )
+from chart_servers import chart_minio, minio_bin  # noqa: F401 (the `cluster` tests' servers)
 
 
 def _helm_works(path: Path) -> bool:

@@ -429,3 +429,22 @@ def test_the_bootstrap_runs_the_users_container_only_when_there_is_a_user_to_cre
         "key": "secret-access-key",
     }
     assert set(containers("objectStore.presignerSecret=")) == {"bootstrap"}
+
+
+@pytest.mark.parametrize(
+    ("uri", "said"),
+    [("", "MLFLOW_BACKEND_STORE_URI is empty"),
+     ("sqlite:////data/secret-path.db", "MLFLOW_BACKEND_STORE_URI is not a postgresql:// URI")],
+)
+def test_mlflow_db_migration_refuses_a_store_that_is_not_postgresql(uri: str, said: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "migrate_mlflow_db.py")],
+        env={"PATH": os.environ["PATH"], "MLFLOW_BACKEND_STORE_URI": uri},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert said in proc.stderr and "fix: put postgresql://" in proc.stderr
+    assert not uri or uri not in proc.stderr  # a URI may carry a password: never printed

@@ -176,6 +176,24 @@ def test_chart_scripts_import_only_what_the_cpu_image_installs() -> None:
     assert not missing
 
 
+def test_the_cpu_image_has_the_driver_sqlalchemy_loads_for_a_postgresql_uri() -> None:
+    """The chart's PostgreSQL backend hands `mlflow server` a plain ``postgresql://`` URI; the
+    SQLAlchemy the image pins picks the driver module, which the image must install (with
+    SQLAlchemy 2.1 that is psycopg 3, not psycopg2: the server would die at start)."""
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    assert Version(sqlalchemy.__version__) == lock_pins()["sqlalchemy"]
+    module = make_url("postgresql://u:p@db:5432/mlflow").get_dialect().driver
+    owners = {canonicalize_name(d) for d in md.packages_distributions().get(module, [])}
+    installed = {
+        canonicalize_name(Requirement(r).name)
+        for pip in pip_installs(read(IMAGES / "cpu" / "Dockerfile"))
+        for r in pip.requirements
+    } | set(lock_pins())
+    assert owners & installed, f"SQLAlchemy loads {module!r} (from {owners}); the image has none"
+
+
 def test_chart_commands_exist_in_the_cpu_image() -> None:
     """`command: ["mlflow"]` needs the console script from a package the CPU image pins."""
     commands = set()
