@@ -133,7 +133,7 @@ def _log_to_own_tracking(env: TenantEnv, round_index: int, book: dict[str, Any])
                             timeout_s=env.job.limits.tracking_timeout_s,
                             max_retries=env.job.limits.tracking_max_retries)
     book["mlflow_run_id"] = tracker.start(
-        run_name=f"{env.job.name}-{env.tenant.name}-dp-sgd", params={},
+        run_name=f"{env.job.job_name}-{env.tenant.name}-dp-sgd", params={},
         tags={"fedtune.tenant": env.tenant.name}, run_id=book.get("mlflow_run_id"),
     )
     entry = book["rounds"][str(round_index)]

@@ -36,6 +36,7 @@ from fedtune.engines.launcher_manifest import (
     load_settings,
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
+from fedtune.config.tenant_view import tenant_view
 from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
 
 log = logging.getLogger(__name__)
@@ -377,7 +378,8 @@ def run_tenant_step(
         return {"skipped": True, "bytes": len(store.get_bytes(written))}
     deployment = load_deployment(config, tenants_file)
     settings = settings or load_settings(tenants_file)  # the chart's tenantDefaults.job
-    urls = presign(store, *step_objects(kind, job, round_index, tenant), settings.url_expiry_s)
+    objects = step_objects(kind, tenant_view(job, tenant), round_index)
+    urls = presign(store, *objects, settings.url_expiry_s)
     step_round = job.rounds if kind in _FINAL_RESULTS else round_index
     manifest = build_job_manifest(
         job, tenant, kind, step_round, deployment, urls, run_key=run_key, settings=settings

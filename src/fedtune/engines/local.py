@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedtune.config.job import JobConfig
+from fedtune.config.job import JobConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.engines import (
     layout,
@@ -97,13 +97,13 @@ def preflight(tenants: steps.TenantEnvs) -> list[str]:
     problems: list[str] = []
     warnings: list[str] = []
     kinds: list[type[FedtuneError]] = []
-    for tenant in tenants.job.tenants:
+    for name in tenants.names:
         try:
-            warnings += data_warnings(tenants.job, tenants[tenant.name].data())
+            warnings += data_warnings(tenants[name].job.training, tenants[name].data())
         except FedtuneError as exc:
             # Each tenant's own details stay in its store; the run reports only the redacted kind.
-            where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
-            problems.append(f"tenant {tenant.name}: {exc.redacted().render()}; details: {where}")
+            where = steps.keep_failure_details(tenants[name], "preflight", exc)
+            problems.append(f"tenant {name}: {exc.redacted().render()}; details: {where}")
             kinds.append(type(exc))
     if problems:
         # The first problem's kind sets the exit code; each kind's own fix is fixed text, so
@@ -119,10 +119,10 @@ def preflight(tenants: steps.TenantEnvs) -> list[str]:
     return warnings
 
 
-def data_warnings(job: JobConfig, data: steps.TenantData) -> list[str]:
+def data_warnings(training: TrainingConfig, data: steps.TenantData) -> list[str]:
     """What makes a tenant's data train poorly without failing: too few records, no eval split."""
     out = []
-    batch = job.training.batch_size
+    batch = training.batch_size
     if len(data.train) < batch:
         out.append(
             f"tenant {data.tenant}: {len(data.train)} training record(s), fewer than "
@@ -132,7 +132,7 @@ def data_warnings(job: JobConfig, data: steps.TenantData) -> list[str]:
     if not data.eval:
         out.append(
             f"tenant {data.tenant}: no held-out records (training.eval_fraction="
-            f"{job.training.eval_fraction}); its eval loss is not measured (add data or raise "
+            f"{training.eval_fraction}); its eval loss is not measured (add data or raise "
             "eval_fraction)"
         )
     return out

@@ -21,6 +21,7 @@ from fedtune.algorithms.base import SUM_NAME, SecureSum
 from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.engines import layout
+from fedtune.config.tenant_view import secure_aggregation_facts
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
 from fedtune.secagg import fixedpoint, identity, vector
@@ -58,10 +59,11 @@ def route_keys_step(
     """Provider: gather the signed adverts (dropping any that fail their signature, named);
     hand the roster to every advertiser."""
     started = time.perf_counter()
-    expected = expected_roster(env.job, round_index)
+    facts = secure_aggregation_facts(env.job)
+    expected = expected_roster(env.job.name, env.job.seed, facts, round_index)
     t = expected["threshold"]
     raw, missing = _read_each(env, sampled, layout.secagg_key(round_index, "advert"))
-    registered = registered_identities(env.job)
+    registered = registered_identities(facts)
     ads: dict[str, p.Advertisement] = {}
     for name, data in raw.items():
         try:

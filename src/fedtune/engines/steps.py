@@ -14,6 +14,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from fedtune.training.context import (
 
 if TYPE_CHECKING:
     from fedtune.algorithms.base import Algorithm, Artifact
+    from fedtune.config.tenant_view import TenantJob
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +84,14 @@ class ProviderEnv:
 
 @dataclass
 class TenantEnv:
-    """One tenant's side of a job: its context, its exchange prefix, its own store and data.
+    """One tenant's side of a job: its view, context, exchange prefix, own store and data.
 
-    Nothing here reaches the provider's model URI or store: the exchange store is confined to
-    the tenant's prefix, and the context's only model source is what the job declares
-    readable by tenants.
+    ``job`` is the tenant's view (:class:`~fedtune.config.tenant_view.TenantJob`), never the
+    provider's job: nothing here reaches the provider's model, stores or other tenants. The
+    exchange store is confined to the tenant's prefix.
     """
 
-    job: JobConfig
+    job: TenantJob
     algorithm: Algorithm[Any]
     tenant: TenantConfig
     ctx: TenantContext
@@ -100,28 +102,47 @@ class TenantEnv:
     @classmethod
     def create(
         cls,
-        job: JobConfig,
-        tenant_name: str,
+        source: TenantJob | JobConfig,
+        tenant_name: str | None = None,
         *,
         exchange: Store | None = None,
         shared: SharedBase | None = None,
     ) -> TenantEnv:
-        """The tenant's env; ``exchange`` replaces its exchange prefix (a launched pod's mirror)."""
-        tenant = next((t for t in job.tenants if t.name == tenant_name), None)
-        if tenant is None:
-            raise ConfigError(
-                f"no tenant named {tenant_name!r} in job {job.name!r}",
-                fix=f"Use one of {sorted(t.name for t in job.tenants)}.",
-            )
-        stores = layout.JobStores(job)
-        algorithm = get_algorithm(job.algorithm.name)(job.algorithm)
+        """The env of the tenant whose view ``source`` is; ``exchange`` replaces its exchange
+        prefix (a launched pod's mirror).
+
+        Given the provider's job instead (the engines that simulate tenants in this process),
+        the provider first builds ``tenant_name``'s view (:func:`layout.view_for`), and the
+        env holds only that.
+
+        Raises:
+            ConfigError: No tenant of that name, or a view without an exchange prefix and
+                no ``exchange`` given.
+        """
+        from fedtune.config.tenant_view import TenantJob
+        from fedtune.storage import open_store
+        from fedtune.storage.s3 import S3Bounds
+
+        if isinstance(source, TenantJob):
+            view = source
+        else:
+            view = layout.view_for(source, tenant_name or "")
+        bounds = S3Bounds.of(view.limits)
+        if exchange is None:
+            if view.exchange_uri is None:
+                raise ConfigError(
+                    f"tenant {view.name!r}: its view names no exchange prefix",
+                    fix="A launched pod reaches the exchange through pre-signed URLs (--presigned).",
+                )
+            exchange = open_store(view.exchange_uri, bounds=bounds)
+        algorithm = get_algorithm(view.algorithm.name)(view.algorithm)
         return cls(
-            job=job,
+            job=view,
             algorithm=algorithm,
-            tenant=tenant,
-            ctx=TenantContext.from_job(job, tenant_name, algorithm.tenants_load_base, shared),
-            exchange=exchange if exchange is not None else stores.exchange(tenant_name),
-            own=stores.tenant(tenant),
+            tenant=view.tenant,
+            ctx=TenantContext.of_view(view, shared),
+            exchange=exchange,
+            own=open_store(view.store_uri, bounds=bounds).child(f"jobs/{view.job_name}"),
         )
 
     def data(self) -> TenantData:
@@ -138,19 +159,32 @@ class TenantEnv:
 class TenantEnvs:
     """Every tenant's env of one job in one process (the local engine's simulated tenants).
 
-    They share one cache of the tenant-readable base model, as tenants downloading the same
-    public copy would; nothing else is shared.
+    The provider builds each tenant's view; an env holds only its own. They share one cache
+    of the tenant-readable base model, as tenants downloading the same public copy would.
     """
 
-    def __init__(self, job: JobConfig) -> None:
-        self.job = job
+    def __init__(self, source: JobConfig | Mapping[str, TenantJob]) -> None:
+        if isinstance(source, JobConfig):
+            self.views = {t.name: layout.view_for(source, t.name) for t in source.tenants}
+        else:
+            self.views = dict(source)
         self._shared = SharedBase()
         self._envs: dict[str, TenantEnv] = {}
         self._progress: ProgressHook | None = None
 
+    @property
+    def names(self) -> list[str]:
+        """The tenants, in the job's order."""
+        return list(self.views)
+
     def __getitem__(self, name: str) -> TenantEnv:
         if name not in self._envs:
-            self._envs[name] = TenantEnv.create(self.job, name, shared=self._shared)
+            if name not in self.views:
+                raise ConfigError(
+                    f"no tenant named {name!r} in this job",
+                    fix=f"Use one of {sorted(self.views)}.",
+                )
+            self._envs[name] = TenantEnv.create(self.views[name], shared=self._shared)
             if self._progress is not None:
                 self._envs[name].ctx.progress = self._progress
         return self._envs[name]
@@ -160,7 +194,6 @@ class TenantEnvs:
         self._progress = hook
         for env in self._envs.values():
             env.ctx.progress = hook
-
 
 
 def _writes_state() -> bool:
@@ -175,11 +208,16 @@ def _writes_state() -> bool:
 
 def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     """The tenants of ``round_index``: a seeded sample of ``clients_per_round``, sorted."""
-    names = sorted(t.name for t in job.tenants)
-    k = job.sampled_per_round
+    return sample_names([t.name for t in job.tenants], job.sampled_per_round, job.seed, round_index)
+
+
+def sample_names(names: list[str], k: int, seed: int, round_index: int) -> list[str]:
+    """A seeded sample of ``k`` of ``names`` for ``round_index``, sorted (what
+    :func:`sample_clients` draws; a secure-aggregation tenant draws it too)."""
+    names = sorted(names)
     if k >= len(names):
         return names
-    rng = random.Random(derive_seed(job.seed, "sample", round_index))
+    rng = random.Random(derive_seed(seed, "sample", round_index))
     return sorted(rng.sample(names, k))
 
 
@@ -211,11 +249,18 @@ def _copy_message(src: Store, src_key: str, dst: Store, dst_key: str) -> int:
 
 
 def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) -> int:
-    """Put the provider's recorded message into one tenant's exchange prefix (if missing)."""
+    """Put the provider's recorded message into one tenant's exchange prefix (if missing):
+    byte for byte, or with the metadata the algorithm builds for that tenant."""
     exchange = env.stores.exchange(tenant)
     if Broadcast.stored(exchange, tenant_key):
         return stored_size(exchange, tenant_key)
-    return _copy_message(env.store(), record_key, exchange, tenant_key)
+    store = env.store()
+    meta = env.algorithm.tenant_broadcast_meta(store.get_json(f"{record_key}.json"), tenant)
+    if meta is None:
+        return _copy_message(store, record_key, exchange, tenant_key)
+    data = store.get_bytes(f"{record_key}.safetensors")  # tensors first, the JSON marks it done
+    exchange.put_bytes(f"{tenant_key}.safetensors", data)
+    return len(data) + exchange.put_json(f"{tenant_key}.json", meta)
 
 
 def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
@@ -312,7 +357,7 @@ def train_client(env: TenantEnv, round_index: int) -> Update:
             own.put_bytes(name, data)
         new_state.save(own, layout.client_state_key(round_index))
         _prune_client_states(own, keep_from=previous if previous is not None else round_index)
-    if env.job.differential_privacy is not None:  # clipped (and noised) before anything sees it
+    if env.job.client_level_dp:  # clipped (and noised) before anything sees it
         from fedtune.engines.privacy_steps import privatize_update
 
         update = privatize_update(env, round_index, update)
