@@ -181,10 +181,9 @@ def finish(env: TenantEnv, round_index: int, run: PrivateRun | None, update: Upd
             "dp_sgd/max_grad_norm": applied["max_grad_norm"],
             "dp_sgd/sample_rate": applied["sample_rate"],
         })
-        note = (f"example-level DP-SGD ({run.source} setting): epsilon="
-                f"{applied['epsilon']:.4g} at delta={applied['delta']:g} after {len(run.history) + 1} round(s)")
+        flag = "dp-sgd/epsilon-shared"
     else:
-        note = "example-level DP-SGD applied (the tenant keeps its epsilon to itself)"
+        flag = "dp-sgd/epsilon-kept"
     meta["metrics"] = metrics
-    meta["notes"] = [*list(meta.get("notes") or []), note]
+    meta["flags"] = [*list(meta.get("flags") or []), flag]
     return Update(tensors=update.tensors, meta=meta)

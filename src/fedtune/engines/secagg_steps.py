@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,7 @@ from fedtune.engines.steps import (
 from fedtune.secagg import fixedpoint, identity, vector
 from fedtune.secagg import protocol as p
 
+log = logging.getLogger(__name__)
 MASKED = "secagg/masked"
 
 
@@ -224,6 +226,8 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     secrets_ = p.TenantSecrets.from_json(kept["secrets"])
     dealt = {u: p.Dealt.from_json(d) for u, d in inbox["dealt"].items()}
     held, problems = p.open_shares(name, secrets_, roster, dealt, keys_)
+    for dealer, why in sorted(problems.items()):  # the reasons stay in the tenant's log
+        log.warning("tenant %s: a share of %s was not opened: %s", name, dealer, why)
     env.own.put_json(
         layout.secagg_secrets_key(round_index),
         {**kept, "held": {u: {k: f"{v:x}" for k, v in pair.items()} for u, pair in held.items()}},
@@ -236,7 +240,7 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     # plain_bytes: the unmasked update's size (the provider knows its shapes anyway), kept so
     # that a retried step reports the same sizes as the attempt that uploaded.
     meta = {**update.meta,
-            "secagg": {"weight": weight, "unopened": problems, "plain_bytes": update.nbytes}}
+            "secagg": {"weight": weight, "unopened": sorted(problems), "plain_bytes": update.nbytes}}
     out = Update(tensors={MASKED: torch.from_numpy(masked.view(np.int64).copy())}, meta=meta)
     written = out.save(env.exchange, key)
     return {

@@ -31,6 +31,7 @@ from fedtune.core.errors import (
 )
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
+from fedtune.core.update_meta import check_update_meta
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
 from fedtune.storage.base import Store
@@ -372,11 +373,26 @@ def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:
     key = f"errors/{tag}.txt"
     try:
         env.own.put_bytes(key, exc.render().encode("utf-8"))
-    except StoreError as store_exc:
-        # The tenant's store is what failed (an outage): its own log gets the details.
-        log.error("tenant %s: %s (details not stored: %s)", env.tenant.name, exc.render(), store_exc)
-        return "the tenant's log (its store did not take them)"
+    except StoreError:
+        # The tenant's store is what failed (an outage). The details stay on the tenant's
+        # side: a file only this process's user can read (in a launched pod, the pod's
+        # scratch), never a log line, which an in-process provider step would read.
+        return _keep_locally(env.tenant.name, tag, exc)
     return f"{env.own.uri.rstrip('/')}/{key}"
+
+
+def _keep_locally(tenant: str, tag: str, exc: FedtuneError) -> str:
+    """Write the full error to ``$TMPDIR/fedtune-tenant-errors/<tenant>/<tag>.txt`` (0600)."""
+    import os
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / "fedtune-tenant-errors" / tenant
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{tag}.txt"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(exc.render())
+    return f"the tenant's local file {path} (its store did not take them)"
 
 
 def _prune_client_states(store: Any, keep_from: int) -> None:
@@ -403,6 +419,7 @@ def collect_updates(
             continue
         try:
             update = Update.load(store, key)
+            check_update_meta(name, update.meta)  # numbers under declared keys, no free text
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass
                 check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
