@@ -40,7 +40,8 @@ METRIC_KEYS: frozenset[str] = frozenset(
         "bytes_down", "bytes_up",  # what a tenant received and sent (FedBiOT's family)
         "adapemu/eval_loss", "adapemu/exact_match",  # FedBiOT's AdapEmu
         *(f"fewfedpit/{k}" for k in _FEWFEDPIT),
-        "public_ce", "eval/slm/acc", "eval/slm/rouge_l",  # FedMKT's small model
+        "public_ce",  # FedMKT's small model: its public CE and held-out scores
+        *(f"eval/slm/{k}" for k in ("acc", "rouge_l", "n_choice", "n_generate")),
         *(f"slm_kd_{k}" for k in ("steps", "ce", "kd", "kd_rows")),
         *(f"dp_sgd/{k}" for k in ("epsilon", "delta", "noise_multiplier", "max_grad_norm",
                                   "sample_rate")),
