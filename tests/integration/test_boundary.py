@@ -231,8 +231,10 @@ def _check_key_scopes(job: JobConfig, table: dict[Path, frozenset[str]]) -> None
         text = path.as_posix()
         tenant_readable = who - {"provider"}
         if tenant_readable:
-            # Server states, summaries, run records and exports are provider-private.
-            for forbidden in ("/state/", "/summary/", "run.json", "/artifacts/"):
+            # Server states, summaries, run records and exports are provider-private; a
+            # tenant's own store may hold its own exports (FedMKT's small model).
+            own_store = "provider" not in who
+            for forbidden in ("/state/", "/summary/", "run.json", *(() if own_store else ("/artifacts/",))):
                 assert forbidden not in text, f"{path} is readable by {sorted(tenant_readable)}"
         for party in tenant_readable:
             others = [t for t in tenants if t != party]

@@ -105,9 +105,8 @@ def kept(job: JobConfig, path: tuple[Any, ...], *, runnable: bool) -> bool:
         return getattr(section, "tenants_read_public", False) or runnable
     if head in ("exchange_uri", "provider_store_uri") and runnable:
         return True  # the run's real stores
-    if head == "tenants" and runnable and len(path) > 2 and path[2] in ("model", "tokenizer"):
-        return True  # FedMKT's provider reads every tenant's tokenizer
-    return False
+    # FedMKT's provider reads every tenant's tokenizer.
+    return head == "tenants" and runnable and len(path) > 2 and path[2] in ("model", "tokenizer")
 
 
 def text_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], bool]]:

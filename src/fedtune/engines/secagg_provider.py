@@ -18,11 +18,11 @@ import numpy as np
 from fedtune.aggregation import validate_update
 from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import SUM_NAME, SecureSum
+from fedtune.config.tenant_view import secure_aggregation_facts
 from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError, UpdateRejected
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import layout
-from fedtune.config.tenant_view import secure_aggregation_facts
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
 from fedtune.secagg import fixedpoint, identity, vector

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     import torch
 
     from fedtune.config.tenant_view import TenantJob
-
     from fedtune.training.local import Batch
     from fedtune.training.precision import Runtime
 
