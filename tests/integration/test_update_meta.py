@@ -19,7 +19,13 @@ import pytest
 from fedtune.config import parse_job
 from fedtune.core.errors import DataError, UpdateRejected
 from fedtune.core.messages import Update
-from fedtune.core.update_meta import METRIC_KEYS, TENANT_FLAGS, check_update_meta
+from fedtune.core.update_meta import (
+    EVAL_KEYS,
+    METRIC_KEYS,
+    TENANT_FLAGS,
+    check_eval_metrics,
+    check_update_meta,
+)
 from fedtune.engines import layout, steps
 from fedtune.engines.summary import RoundRecord
 from tests.integration.conftest import tiny_job_dict
@@ -128,3 +134,19 @@ def test_a_tenant_store_failure_keeps_its_text_with_the_tenant(
     assert marker in path.read_text("utf-8") and (path.stat().st_mode & 0o077) == 0
     shown = error.redacted().render()  # what the provider gets: the kind and the line
     assert shown.startswith("DataError at line 3: ") and marker not in shown
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        pytest.param({"SECRET key": 1.0}, id="undeclared-key"),
+        pytest.param({"eval_loss": "SECRET"}, id="text"),
+        pytest.param({"eval_loss": float("nan")}, id="nan"),
+        pytest.param(["SECRET"], id="not-a-map"),
+    ],
+)
+def test_a_final_evaluation_outside_the_schema_is_rejected_naming_the_tenant(metrics: Any) -> None:
+    with pytest.raises(UpdateRejected, match="tenant 'tenant-b': final evaluation rejected") as info:
+        check_eval_metrics("tenant-b", metrics)
+    assert "SECRET" not in str(info.value)
+    assert check_eval_metrics("tenant-b", {k: 1 for k in EVAL_KEYS}) == {k: 1.0 for k in EVAL_KEYS}

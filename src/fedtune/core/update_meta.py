@@ -11,6 +11,7 @@ provider's own sentence for it. The provider validates every update against this
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -48,6 +49,15 @@ METRIC_KEYS: frozenset[str] = frozenset(
     }
 )
 """Every metric key a tenant's update may carry (a new metric is declared here first)."""
+
+EVAL_KEYS: frozenset[str] = frozenset(
+    {
+        "eval_loss",  # the final model on the tenant's held-out split
+        "adapemu/eval_loss", "adapemu/exact_match",  # FedBiOT's AdapEmu
+        *(f"slm/{k}" for k in ("acc", "rouge_l", "n_choice", "n_generate")),  # FedMKT's kept model
+    }
+)
+"""Every key a tenant's final evaluation may report."""
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=2**62)]
@@ -138,6 +148,32 @@ def parse_update_meta(meta: dict[str, Any]) -> UpdateMeta:
     if unknown:
         raise ValueError(f"{len(unknown)} metric key(s) outside the declared set")
     return parsed
+
+
+def check_eval_metrics(tenant: str, metrics: Any) -> dict[str, float]:
+    """The provider's check of a tenant's final evaluation: finite numbers under
+    :data:`EVAL_KEYS`.
+
+    Raises:
+        UpdateRejected: Naming the tenant and how many keys or values do not fit (never
+            the keys or values themselves).
+    """
+    fits = isinstance(metrics, dict) and len(metrics) <= len(EVAL_KEYS)
+    if fits:
+        unknown = [k for k in metrics if k not in EVAL_KEYS]
+        bad = [k for k, v in metrics.items() if k in EVAL_KEYS and not _finite(v)]
+        fits = not unknown and not bad
+    if not fits:
+        raise UpdateRejected(
+            f"tenant {tenant!r}: final evaluation rejected: it must map declared keys to finite "
+            "numbers (fedtune.core.update_meta.EVAL_KEYS)",
+            fix="Run the same fedtune version as the provider; a tenant reports numbers only.",
+        )
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_update_meta(tenant: str, meta: dict[str, Any]) -> UpdateMeta:

@@ -27,6 +27,7 @@ from fedtune.engines import (
     steps,
     stopping,
 )
+from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -289,7 +290,8 @@ def _finish(
     for name in names:
         steps.publish_final_step(env, name)
     evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
-    final_eval = {n: dict(evaluated[n]["metrics"]) for n in names}
+    # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
+    final_eval = {n: check_eval_metrics(n, evaluated[n]["metrics"]) for n in names}
     env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
     artifacts = export_and_register(env, tracker, final_eval)
     out: dict[str, Any] = {"artifacts": artifacts, "final_eval": final_eval}

@@ -419,13 +419,13 @@ def collect_updates(
             continue
         try:
             update = Update.load(store, key)
-            check_update_meta(name, update.meta)  # numbers under declared keys, no free text
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass
                 check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
+            check_update_meta(name, update.meta)  # numbers under declared keys, no free text
         except FedtuneError as exc:
             rejected[name] = str(exc)
             log.warning("rejected the update of tenant %s: %s", name, exc)
