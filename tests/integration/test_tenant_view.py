@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,47 @@ def test_nothing_outside_the_view_reaches_the_tenants_exchange(
     assert any(k.endswith("broadcast.json") for k in files) and len(files) >= 4
     for key, data in files.items():
         assert_no_marker(data.decode("latin-1"), markers, f"exchange object {key}")
+
+
+@pytest.mark.parametrize("name", ["fedpt", "fedavg-pt"])
+def test_fedpts_large_model_behind_http_reaches_no_tenant_object(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real completions endpoint serves the large model: its model name, the variable that
+    holds its API key, and the key itself are in nothing a tenant step can read."""
+    from fedtune.models.tiny import build_tiny_model
+    from fedtune.models.tokenizer import load_tokenizer
+    from tests.helpers.completions_server import CompletionsServer
+
+    monkeypatch.chdir(tmp_path)
+    tokenizer = load_tokenizer("builtin")
+    large = build_tiny_model(
+        "llama", vocab_size=len(tokenizer), hidden_size=32, num_layers=2, num_heads=2,
+        intermediate_size=64, max_position_embeddings=128, seed=1,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    ).eval()
+    server = CompletionsServer(large, tokenizer).start()
+    try:
+        http = {**LARGE_HTTP, "url": server.url, "tokenizer": "builtin", "top_k": 50}
+        algorithm = {**CLIENT_CASES[name], "large_model": http}
+        job, markers, _ = plant_markers(full_job(tmp_path, algorithm, runnable=True), runnable=True)
+        served = job.algorithm.large_model  # type: ignore[union-attr]
+        key_env = served.api_key_env
+        assert key_env and key_env.lower() in markers and served.model in markers
+        server.model_name = served.model
+        secret_key = uuid.uuid4().hex
+        monkeypatch.setenv(key_env, secret_key)
+        provider = steps.ProviderEnv.create(job)
+        steps.init_step(provider)
+        steps.configure_step(provider, 1)
+        assert server.requests  # the provider did query the endpoint
+        assert all(h.get("Authorization") == f"Bearer {secret_key}" for _, h in server.requests)
+    finally:
+        server.stop()
+    files = exchange_files(job, ME)
+    assert any(k.endswith("broadcast.json") for k in files)
+    for key, data in files.items():
+        text = data.decode("latin-1")
+        assert_no_marker(text, markers, f"exchange object {key}")
+        assert secret_key not in text and server.url not in text
