@@ -341,7 +341,7 @@ def _kept_secret(job: JobConfig, prefix: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for tenant in job.tenants:
         own = layout.JobStores(job).tenant(tenant)
-        newest = sorted(k for k in own.list("client-state/") if k.endswith(".safetensors"))[-1]
+        newest = max(k for k in own.list("client-state/") if k.endswith(".safetensors"))
         kept = own.get_tensors(newest)
         out[tenant.name] = {_digest(t) for n, t in kept.items() if n.startswith(prefix + "/") and t.abs().sum() > 0}
     return out
