@@ -53,7 +53,11 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
     tenant's namespace, store, tracking, placement and key, FedMKT's tenant models."""
     section = section_of(algorithm["name"])
     loads_base = section.tenants_load_base
+    algorithm = dict(algorithm)
+    secure = algorithm.pop("secure", False)
     raw = tiny_job_dict(workdir, algorithm=algorithm, rounds=1, min_clients=1)
+    if secure:  # the view then names every party and its public key: nothing else of them
+        raw["secure_aggregation"] = {"enabled": True}
     raw["tenants"] = raw["tenants"][:1] if algorithm["name"] == "offsite-tuning" else raw["tenants"][:2]
     if not loads_base and not getattr(section, "tenant_models", False):
         raw["model"]["num_layers"] = 6  # FedBiOT's family: adapter and emulator layers
@@ -95,6 +99,8 @@ def kept(job: JobConfig, path: tuple[Any, ...], *, runnable: bool) -> bool:
         return True
     if head == "tenants" and path[1] == 0:
         return True  # the tenant's own entry
+    if head == "tenants" and job.secure_aggregation.enabled and path[2:] == ("name",):
+        return True  # each tenant derives a secure round's roster from every party's name
     if head == "algorithm":
         return path[1] in section.tenant_fields or (runnable and path[1] == "large_model"
                                                     and path[2:] in (("url",), ("tokenizer",)))
@@ -183,6 +189,8 @@ CHOICES = re.compile(r"(source|arch|backend|data_format|optimizer|precision|devi
 def cases() -> Iterator[Any]:
     for name in algorithm_names():
         yield pytest.param(name, CLIENT_CASES[name], id=name)
+        if getattr(section_of(name), "summed_update", False) and name != "offsite-tuning":  # one tenant
+            yield pytest.param(name, {**CLIENT_CASES[name], "secure": True}, id=f"{name}-secagg")
         if section_of(name).__name__ == "FedPTConfig":
             for where, large in (("s3", LARGE_S3), ("http", LARGE_HTTP)):
                 yield pytest.param(name, {**CLIENT_CASES[name], "large_model": large}, id=f"{name}-{where}")
@@ -200,7 +208,10 @@ def test_nothing_outside_the_view_reaches_the_view_or_the_pod(
         assert "large_model" not in json.dumps(tenant_view(job, ME).model_dump(mode="json"))
     view = tenant_view(job, ME).model_dump(mode="json")
     assert_no_marker(json.dumps(view), markers, "the tenant's view")
-    assert OTHER_KEY not in json.dumps(view)
+    if job.secure_aggregation.enabled:
+        assert view["secure_aggregation"]["identities"][job.tenants[1].name] == OTHER_KEY
+    else:
+        assert OTHER_KEY not in json.dumps(view)
     # The in-process view names this tenant's exchange prefix, under the exchange root only.
     local = layout.view_for(job, ME).model_dump(mode="json")
     prefix = local.pop("exchange_uri")
@@ -222,7 +233,7 @@ def exchange_files(job: JobConfig, tenant: str) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize(
-    ("name", "algorithm"), [p for p in cases() if not p.id.endswith(("-s3", "-http"))]
+    ("name", "algorithm"), [p for p in cases() if not p.id.endswith(("-s3", "-http", "-secagg"))]
 )
 def test_nothing_outside_the_view_reaches_the_tenants_exchange(
     name: str, algorithm: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
