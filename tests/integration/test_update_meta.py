@@ -150,3 +150,34 @@ def test_a_final_evaluation_outside_the_schema_is_rejected_naming_the_tenant(met
         check_eval_metrics("tenant-b", metrics)
     assert "SECRET" not in str(info.value)
     assert check_eval_metrics("tenant-b", {k: 1 for k in EVAL_KEYS}) == {k: 1.0 for k in EVAL_KEYS}
+
+
+def test_under_secure_aggregation_an_update_with_text_counts_as_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A masked update cannot leave the sum once unmasking began: the provider checks its
+    metadata before asking for unmasking, and one that does not fit is unmasked as a dropout."""
+    from fedtune.algorithms.fedavg import FedAvg
+    from fedtune.engines.local import RunOptions, run_job
+    from fedtune.tracking.base import NullTracker
+
+    marker = uuid.uuid4().hex
+    original = FedAvg.client_step
+
+    def chatty(self, ctx, broadcast, data, client_state):  # type: ignore[no-untyped-def]
+        update, state = original(self, ctx, broadcast, data, client_state)
+        if data.tenant == "tenant-b":
+            update.meta["notes"] = [f"tenant-b says {marker}"]
+        return update, state
+
+    monkeypatch.setattr(FedAvg, "client_step", chatty)
+    job = parse_job(tiny_job_dict(tmp_path / "w", rounds=1, min_clients=2,
+                                  algorithm={"name": "fedavg", "aggregation_weights": "uniform"},
+                                  secure_aggregation={"enabled": True}))
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    record = summary["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-c"]
+    assert "tenant 'tenant-b': update rejected" in record["rejected"]["tenant-b"]
+    assert marker not in json.dumps(summary)
+    provider_files = [p for p in (tmp_path / "w" / "provider").rglob("*") if p.is_file()]
+    assert provider_files and not any(marker.encode() in p.read_bytes() for p in provider_files)

@@ -182,14 +182,17 @@ def aggregate_step(
     dealt, rejected = _dealt(env, round_index, roster)
     rejected.update({n: "not in the round's roster (no valid key advertisement)" for n in sampled if n not in roster.ads})
     updates: dict[str, Update] = {}
+    refused: set[str] = set()  # delivered, but its metadata is not of the schema
     for name in sorted(dealt):
         update, reason = _delivered(env, name, round_index)
         if update is not None:
             updates[name] = update
         else:
             rejected[name] = reason
+            if "update rejected" in reason:
+                refused.add(name)
     for name, reason in (extra or {}).items():
-        if name not in updates:
+        if name not in updates and name not in refused:  # a refused tenant was not asked to unmask
             rejected[name] = reason
     if len(updates) < env.job.min_clients:
         raise QuorumError(
