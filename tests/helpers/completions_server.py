@@ -26,6 +26,7 @@ class CompletionsServer:
     tokenizer: Any
     url: str = ""
     api_key: str | None = None
+    model_name: str = "tiny-large"  # the model the endpoint serves (the request's "model")
     token_ids: bool = True  # honour return_tokens_as_token_ids
     fail_next: list[int] = field(default_factory=list)  # statuses to answer before succeeding
     requests: list[tuple[dict[str, Any], dict[str, str]]] = field(default_factory=list)
@@ -45,7 +46,7 @@ class CompletionsServer:
                     return self._send(401, {"error": {"message": "invalid api key"}})
                 if server.fail_next:
                     return self._send(server.fail_next.pop(0), {"error": {"message": "busy"}})
-                if body.get("model") != "tiny-large":
+                if body.get("model") != server.model_name:
                     return self._send(404, {"error": {"message": f"model {body.get('model')} not found"}})
                 return self._send(200, server.complete(body))
 

@@ -3,9 +3,10 @@
 1. Every algorithm's client step runs in a separate process whose environment holds no
    credentials for the provider's model, which lives in an S3 prefix: the step must succeed
    without reading it (FedIT from ``model.tenant_uri``, FedBiOT from the broadcast alone).
-2. For whole FedAvg, SCAFFOLD and FedBiOT runs, every file written is assigned the parties
-   that can read it (by store scope); the test fails on any cross-tenant or
-   provider-to-tenant leak, by key and by tensor content.
+2. For whole FedAvg, SCAFFOLD, FedBiOT, FedPT, FedMKT and FewFedPIT runs, every file written
+   is assigned the parties that can read it (by store scope); the test fails on any
+   cross-tenant or provider-to-tenant leak, by key and by tensor content (FedPT's large
+   model, FedMKT's kept small models, FewFedPIT's private parameters included).
 """
 
 from __future__ import annotations
@@ -97,14 +98,15 @@ def _no_credentials_env(endpoint: str) -> dict[str, str]:
 
 _TENANT_DRIVER = """
 import json, sys
-from fedtune.config import parse_job
+from fedtune.config.tenant_view import TenantJob
+from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import steps
 done = {}
 for raw in json.loads(sys.stdin.read()):
-    job = parse_job(raw)
-    tenant = job.tenants[0].name
-    result = steps.client_step(steps.TenantEnv.create(job, tenant), 1)
-    done[job.algorithm.name] = result["meta"]["num_samples"]
+    view = TenantJob.model_validate(raw)  # the tenant process gets its view, never the job
+    result = steps.client_step(steps.TenantEnv.create(view), 1)
+    check_update_meta(view.name, result["meta"])  # what it reports fits the provider's schema
+    done[view.algorithm.name] = result["meta"]["num_samples"]
 print(json.dumps(done))
 """
 
@@ -142,7 +144,7 @@ def test_every_client_step_runs_where_the_providers_model_is_unreadable(
         provider = steps.ProviderEnv.create(job)
         steps.init_step(provider)
         steps.configure_step(provider, 1)
-        jobs.append(job.model_dump(mode="json"))
+        jobs.append(layout.view_for(job, job.tenants[0].name).model_dump(mode="json"))
     done = subprocess.run(
         [sys.executable, "-c", _TENANT_DRIVER],
         input=json.dumps(jobs),
@@ -217,8 +219,9 @@ def make(tmp_path: Path) -> Any:
     counter = iter(range(100))
 
     def build(**fields: Any) -> JobConfig:
-        return parse_job(tiny_job_dict(tmp_path / f"w{next(counter)}", **fields))
+        return parse_job(tiny_job_dict(build.workdir(), **fields))
 
+    build.workdir = lambda: tmp_path / f"w{next(counter)}"  # type: ignore[attr-defined]
     return build
 
 
@@ -228,8 +231,10 @@ def _check_key_scopes(job: JobConfig, table: dict[Path, frozenset[str]]) -> None
         text = path.as_posix()
         tenant_readable = who - {"provider"}
         if tenant_readable:
-            # Server states, summaries, run records and exports are provider-private.
-            for forbidden in ("/state/", "/summary/", "run.json", "/artifacts/"):
+            # Server states, summaries, run records and exports are provider-private; a
+            # tenant's own store may hold its own exports (FedMKT's small model).
+            own_store = "provider" not in who
+            for forbidden in ("/state/", "/summary/", "run.json", *(() if own_store else ("/artifacts/",))):
                 assert forbidden not in text, f"{path} is readable by {sorted(tenant_readable)}"
         for party in tenant_readable:
             others = [t for t in tenants if t != party]
@@ -317,3 +322,66 @@ def test_fedbiot_run_leaks_neither_the_full_model_nor_state_to_tenants(
         )
         assert any(n.startswith("tokenizer/") for n in final)
         assert not any(n.startswith(("view/", "emulator/")) for n in final)
+
+
+def _variant_job(make: Any, name: str) -> JobConfig:
+    """A two-round job of ``name`` as the CLIENT_CASES run it (public set, tenant models)."""
+    raw = tiny_job_dict(make.workdir(), algorithm=CLIENT_CASES[name], rounds=2,
+                        public_data_uri=str(DATA / "public.jsonl"))
+    if name == "fedmkt":
+        for tenant in raw["tenants"]:
+            tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
+    job = parse_job(raw)
+    run_job(job, NullTracker(), QUIET)
+    return job
+
+
+def _kept_secret(job: JobConfig, prefix: str) -> dict[str, set[str]]:
+    """Each tenant's kept client-state tensors under ``prefix/`` (by digest)."""
+    out: dict[str, set[str]] = {}
+    for tenant in job.tenants:
+        own = layout.JobStores(job).tenant(tenant)
+        newest = max(k for k in own.list("client-state/") if k.endswith(".safetensors"))
+        kept = own.get_tensors(newest)
+        out[tenant.name] = {_digest(t) for n, t in kept.items() if n.startswith(prefix + "/") and t.abs().sum() > 0}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["fedpt", "fedmkt", "fewfedpit"])
+def test_fedpt_fedmkt_and_fewfedpit_runs_leak_nothing_across_the_boundary(
+    make: Any, algorithm: str
+) -> None:
+    job = _variant_job(make, algorithm)
+    workdir = Path(job.workdir)
+    tenants = [t.name for t in job.tenants]
+    table = readability_table(workdir, tenants)
+    _check_key_scopes(job, table)
+    stores = layout.JobStores(job)
+    sent = _digests_of_broadcasts(stores)
+    # Each tenant's update (adapter or knowledge) reaches the provider, never another tenant.
+    for tenant in tenants:
+        update = stores.exchange(tenant).get_tensors(f"{layout.update_key(1)}.safetensors")
+        own = {_digest(t) for t in update.values() if t.numel() and t.abs().sum() > 0} - sent
+        assert own, tenant
+        for other in (t for t in tenants if t != tenant):
+            readable = _tensors_readable_by(table, other)
+            leaked = own & set(readable)
+            assert not leaked, f"{other} can read {tenant}'s update in {readable[leaked.pop()]}"
+    if algorithm == "fedpt":
+        # The provider's large model: no tenant can read any of its weights.
+        from fedtune.core.registry import get_algorithm
+
+        ctx = ProviderContext.from_job(job)
+        large = get_algorithm("fedpt")(job.algorithm).large(ctx).local_model
+        secret = {_digest(t) for t in unique_state(large).values()}
+        for tenant in tenants:
+            assert not secret & set(_tensors_readable_by(table, tenant)), f"{tenant} reads the large model"
+    else:
+        # What a tenant keeps (FedMKT's own small-model adapter, FewFedPIT's private W^l)
+        # is readable by no other party, the provider included.
+        kept = _kept_secret(job, "adapter" if algorithm == "fedmkt" else "private")
+        for tenant, secret in kept.items():
+            assert secret, tenant
+            for party in ["provider", *[t for t in tenants if t != tenant]]:
+                assert not secret & set(_tensors_readable_by(table, party)), (tenant, party)

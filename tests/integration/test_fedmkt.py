@@ -338,7 +338,9 @@ def test_a_tenant_reads_its_own_model_only_inside_its_own_store(tmp_path, s3_buc
         model={"source": "pretrained", "uri": f"s3://{s3_bucket}/tenant-a/models/slm"},
     )
     job = parse_job(data)
-    ctx = TenantContext.from_job(job, "tenant-b", tenants_load_base=False)
+    from fedtune.config.tenant_view import tenant_view
+
+    ctx = TenantContext.of_view(tenant_view(job, "tenant-b"))
     with pytest.raises(ConfigError, match=r"tenant 'tenant-b': its own model 's3://.*/tenant-a/models/slm' is not inside its store 's3://.*/tenant-b'"):
         ctx.tokenizer()
     store = f"s3://{s3_bucket}/tenant-a"

@@ -150,8 +150,9 @@ def test_too_few_records_is_skipped_with_a_reason(tmp_path: Path, scripted: None
     provider = open_store(str(tmp_path / "w" / "provider")).child("jobs/ffp")
     summary = json.loads(provider.get_bytes(layout.summary_key(1)))
     notes = summary["tenants"]["tenant-a"]["notes"]
+    # The provider's sentence for the tenant's code: not the tenant's text (its record count).
     assert notes == [
-        "synthetic data skipped: 3 local training records, fewer than instruction_demos=8 "
+        "synthetic data skipped: fewer local training records than instruction_demos "
         "(too_few_records: local-only)"
     ]
 

@@ -22,6 +22,7 @@ from fedtune.core.errors import DataError
 from fedtune.engines import layout, steps
 from fedtune.entrypoints import aggregate, client_step
 from tests.integration.conftest import DATA, tiny_job_dict
+from tests.integration.test_boundary import CLIENT_CASES, FEDMKT_SMALL
 
 
 def poisoned_data(folder: Path, marker: str) -> Path:
@@ -34,10 +35,24 @@ def poisoned_data(folder: Path, marker: str) -> Path:
     return path
 
 
-def job_with_poison(tmp_path: Path, marker: str, **overrides: Any) -> dict[str, Any]:
+#: FedAvg, and the algorithms whose tenant steps differ most from it: FedPT (a provider-side
+#: large model), FedMKT (tenants' own models, the shared public set), FewFedPIT (generation
+#: on the tenant's records).
+ALGORITHMS = ["fedavg", "fedpt", "fedmkt", "fewfedpit"]
+
+
+def job_with_poison(
+    tmp_path: Path, marker: str, algorithm: str = "fedavg", **overrides: Any
+) -> dict[str, Any]:
     raw = tiny_job_dict(tmp_path / "work", rounds=1, min_clients=2, **overrides)
     raw["tenants"][1]["data_uri"] = str(poisoned_data(tmp_path, marker))
     raw["tracking"] = {"backend": "mlflow"}  # a real SQLite store in the workdir
+    raw["algorithm"] = CLIENT_CASES[algorithm]
+    if algorithm != "fedavg":
+        raw["public_data_uri"] = str(DATA / "public.jsonl")
+    if algorithm == "fedmkt":
+        for tenant in raw["tenants"]:
+            tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
     return raw
 
 
@@ -65,12 +80,13 @@ def test_the_unredacted_error_does_quote_the_record(tmp_path: Path) -> None:
     assert marker in str(info.value) and info.value.record == 3
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_poisoned_record_reaches_neither_stores_mlflow_nor_the_cli_output(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str
 ) -> None:
     marker = uuid.uuid4().hex
     job_file = tmp_path / "job.yaml"
-    job_file.write_text(yaml.safe_dump(job_with_poison(tmp_path, marker)))
+    job_file.write_text(yaml.safe_dump(job_with_poison(tmp_path, marker, algorithm)))
     code = main(["run", str(job_file), "--summary-json", str(tmp_path / "work" / "s.json")])
     out = capsys.readouterr()
     assert code == DataError.exit_code
@@ -87,10 +103,13 @@ def test_a_poisoned_record_reaches_neither_stores_mlflow_nor_the_cli_output(
 
 
 @pytest.mark.slow
-def test_a_failed_client_step_leaves_only_its_kind_and_line_in_the_round(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_failed_client_step_leaves_only_its_kind_and_line_in_the_round(
+    tmp_path: Path, algorithm: str
+) -> None:
     """The KFP path (no preflight): client-step marker, aggregate record, MLflow metrics."""
     marker = uuid.uuid4().hex
-    job: JobConfig = parse_job(job_with_poison(tmp_path, marker))
+    job: JobConfig = parse_job(job_with_poison(tmp_path, marker, algorithm))
     provider = steps.ProviderEnv.create(job)
     steps.init_step(provider)
     steps.configure_step(provider, 1)

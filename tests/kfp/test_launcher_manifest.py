@@ -12,6 +12,7 @@ import pytest
 
 from fedtune import __version__
 from fedtune.config import JobConfig, parse_job
+from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError
 from fedtune.engines.launcher_manifest import (
     LauncherSettings,
@@ -148,13 +149,11 @@ def test_root_filesystem_is_read_only_and_caches_live_in_the_scratch_volume() ->
 
 def test_tenant_pod_sees_no_other_tenants_uris_no_tracking_and_no_exchange_uri() -> None:
     seen = json.loads(env_of(manifest())["FEDTUNE_JOB_JSON"])
-    tenants = {t["name"]: t for t in seen["tenants"]}
-    assert tenants["tenant-a"]["data_uri"] == "s3://tenant-a-data/train.jsonl"
-    assert tenants["tenant-b"]["data_uri"] == "redacted"
-    assert tenants["tenant-b"]["store_uri"] is None
-    assert seen["tracking"]["backend"] == "none" and seen["tracking"]["tracking_uri"] is None
-    assert seen["exchange_uri"] is None
-    parse_job(seen)  # still a valid job for the pod
+    assert seen["tenant"]["name"] == "tenant-a"
+    assert seen["tenant"]["data_uri"] == "s3://tenant-a-data/train.jsonl"
+    assert "tenant-b" not in json.dumps(seen)  # not even its name
+    assert "tenants" not in seen and "tracking" not in seen and seen["exchange_uri"] is None
+    TenantJob.model_validate(seen)  # the pod's job object: its view, nothing more
 
 
 def test_gpu_limit_and_placement_come_from_the_chart_and_the_job_may_only_narrow_it() -> None:

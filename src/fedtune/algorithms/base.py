@@ -126,6 +126,12 @@ class Algorithm(ABC, Generic[C]):
         only into the tenant's own store."""
         return {}
 
+    def tenant_broadcast_meta(self, meta: dict[str, Any], tenant: str) -> dict[str, Any] | None:
+        """The metadata of ``tenant``'s copy of a broadcast whose provider record has ``meta``,
+        where the record holds something for the provider only (the default, None: the copy
+        is the record, byte for byte). Built from what the tenant may see, never by removing."""
+        return None
+
     def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
         """Tenant: the model and tokenizer that ``broadcast`` lets the tenant run.
 

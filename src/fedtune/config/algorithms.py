@@ -6,9 +6,9 @@ and one union member.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
 from fedtune.config.base import StrictModel
 from fedtune.config.models import TinyModelConfig
@@ -20,7 +20,46 @@ _WEIGHTS_HELP = (
 )
 
 
-class WeightedMeanConfig(StrictModel):
+#: Capabilities a config class declares that its tenant part carries too (the tenant side
+#: reads them: whether it builds the base, whether its update is summed securely, ...).
+_CAPABILITIES = ("tenants_load_base", "summed_update", "tenant_models", "tenants_read_public")
+
+
+class AlgorithmSection(StrictModel):
+    """An algorithm's config section, and the part of it its tenants receive.
+
+    ``tenant_fields`` is the allowlist of settings a tenant's phases read; the class's
+    ``TenantPart`` is a model of exactly those fields (same types, bounds and defaults),
+    generated once per section. Everything else (a provider's large model, its alignment
+    or distillation settings) is never in a tenant's view: a new field stays with the
+    provider until it is added here.
+    """
+
+    tenant_fields: ClassVar[tuple[str, ...]] = ("name",)
+    TenantPart: ClassVar[type[StrictModel]]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "name" not in cls.model_fields:
+            return  # an intermediate base (WeightedMeanConfig): no algorithm of its own
+        unknown = sorted(set(cls.tenant_fields) - set(cls.model_fields))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.tenant_fields names no field(s) {unknown}")
+        fields: Any = {f: (cls.model_fields[f].annotation, cls.model_fields[f]) for f in cls.tenant_fields}
+        part = create_model(f"{cls.__name__}TenantPart", __base__=StrictModel, **fields)
+        part.__doc__ = f"What a tenant receives of {cls.__name__}: {', '.join(cls.tenant_fields)}."
+        for flag in _CAPABILITIES:
+            if hasattr(cls, flag):
+                setattr(part, flag, getattr(cls, flag))
+        cls.TenantPart = part
+
+    def tenant_part(self) -> StrictModel:
+        """This section's tenant part, built field by field from the allowlist."""
+        return self.TenantPart.model_validate({f: getattr(self, f) for f in self.tenant_fields})
+
+
+class WeightedMeanConfig(AlgorithmSection):
     """Algorithms whose aggregation is a weighted mean of client updates.
 
     Each algorithm's default follows its paper: FedAvg and FedProx weight by samples
@@ -31,6 +70,8 @@ class WeightedMeanConfig(StrictModel):
 
     #: Aggregation needs only the weighted sum of the updates: secure aggregation can run it.
     summed_update: ClassVar[bool] = True
+    #: A tenant weights its securely summed update itself (``sum_weight``).
+    tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights")
 
     aggregation_weights: Literal["samples", "uniform"] = Field(
         "samples",
@@ -63,6 +104,8 @@ class FedProxConfig(WeightedMeanConfig):
 
     #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
     tenants_load_base: ClassVar[bool] = True
+
+    tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights", "mu")
 
     name: Literal["fedprox"] = Field(description="Algorithm name.")
     mu: float = Field(
@@ -182,6 +225,12 @@ class OffsiteFamilyConfig(WeightedMeanConfig):
 
     #: Tenants never get the full model: only the emulator package in the broadcast.
     tenants_load_base: ClassVar[bool] = False
+    #: What a tenant's client step and AdapEmu evaluation read; the split, the alignment and
+    #: the delta encoding are the provider's.
+    tenant_fields: ClassVar[tuple[str, ...]] = (
+        "name", "aggregation_weights", "adapter_training", "eval_every", "exact_match",
+        "gsm8k_shots", "max_new_tokens", "max_generation_examples",
+    )
 
     dropout: float = Field(
         0.2,
@@ -262,6 +311,8 @@ class OffsiteFamilyConfig(WeightedMeanConfig):
 
 class FedBiOTConfig(OffsiteFamilyConfig):
     """FedBiOT (Wu et al. 2024): last-s-layer adapter, per-round emulator alignment."""
+
+    tenant_fields: ClassVar[tuple[str, ...]] = (*OffsiteFamilyConfig.tenant_fields, "eps")
 
     name: Literal["fedbiot"] = Field(description="Algorithm name.")
     adapter_size: int = Field(
@@ -384,6 +435,9 @@ class FedPTConfig(WeightedMeanConfig):
 
     #: Tenants train LoRA on the small model (a tenant-readable copy, see model.tenant_uri).
     tenants_load_base: ClassVar[bool] = True
+    #: Tenants run FedAvg's client step: the large model and every distillation setting
+    #: stay with the provider.
+    tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights")
 
     name: Literal["fedpt", "fedavg-pt"] = Field(
         description="fedpt: distil the proxy-tuned large model into the small one every round; "
@@ -452,6 +506,12 @@ class FewFedPITConfig(WeightedMeanConfig):
 
     #: Tenants fine-tune LoRA on the base model, as in FedIT.
     tenants_load_base: ClassVar[bool] = True
+    #: Algorithm 1 runs on the tenant: every setting of the section is the tenant's.
+    tenant_fields: ClassVar[tuple[str, ...]] = (
+        "name", "aggregation_weights", "beta", "candidates", "keep", "instruction_demos",
+        "response_demos", "retries", "similarity_threshold", "min_instruction_words",
+        "max_new_tokens", "generation_batch_size", "synthetic_steps", "too_few_records",
+    )
 
     name: Literal["fewfedpit"] = Field(description="FewFedPIT (few-shot, privacy-preserving).")
     beta: float = Field(
@@ -515,7 +575,7 @@ class FewFedPITConfig(WeightedMeanConfig):
         return self
 
 
-class FedMKTConfig(StrictModel):
+class FedMKTConfig(AlgorithmSection):
     """FedMKT ("FedMKT: Federated Mutual Knowledge Transfer for Large and Small Language
     Models", papers/003): the provider's LLM (the job's ``model``) and every tenant's own small
     model (``tenants[].model`` / ``tenants[].tokenizer``, any architecture and tokenizer) teach
@@ -530,6 +590,11 @@ class FedMKTConfig(StrictModel):
     tenant_models: ClassVar[bool] = True
     #: The public set is shared by all parties (tenants compute knowledge on it).
     tenants_read_public: ClassVar[bool] = True
+    #: The tenant's distillation and scoring; llm_frozen is the provider's.
+    tenant_fields: ClassVar[tuple[str, ...]] = (
+        "name", "ce_weight", "top_k", "public_size", "kd_epochs", "kd_batch_size", "kd_lr",
+        "llm_eval_size", "eval_max_options", "eval_max_new_tokens", "fedavg_small",
+    )
 
     name: Literal["fedmkt"] = Field(description="Algorithm name.")
     ce_weight: float = Field(
@@ -620,3 +685,16 @@ def summed_update_algorithms() -> list[str]:
         if getattr(section, "summed_update", False):
             names += list(get_args(section.model_fields["name"].annotation))
     return sorted(names)
+
+
+def algorithm_sections() -> tuple[type[AlgorithmSection], ...]:
+    """Every algorithm's config section (the members of :data:`AlgorithmConfig`)."""
+    return tuple(get_args(get_args(AlgorithmConfig)[0]))
+
+
+#: The tenant part of any algorithm's section, told apart by ``name`` (what a tenant's view
+#: carries; see :mod:`fedtune.config.tenant_view`).
+AlgorithmTenantPart: Any = Annotated[
+    Union[tuple(s.TenantPart for s in algorithm_sections())],  # noqa: UP007 - built at run time
+    Field(discriminator="name"),
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fedtune.core.errors import DataError
+from fedtune.core.errors import ConfigError, DataError
 from fedtune.core.messages import Broadcast
 from fedtune.data.loader import read_numbered_examples
 from fedtune.engines import layout, steps
@@ -44,6 +44,11 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
     from fedtune.eval.audit import audit_model  # generation needs torch: the tenant's step only
 
     job = env.job
+    if job.audit is None:
+        raise ConfigError(
+            f"tenant {env.tenant.name!r} is not audited in this job (audit.enabled, audit.tenants)",
+            fix="Run the audit step only for the tenants the job's audit section names.",
+        )
     out_key = layout.final_audit_key(job.rounds)
     if env.exchange.exists(out_key):
         return {"scores": dict(env.exchange.get_json(out_key)), "skipped": True}

@@ -133,7 +133,7 @@ def _log_to_own_tracking(env: TenantEnv, round_index: int, book: dict[str, Any])
                             timeout_s=env.job.limits.tracking_timeout_s,
                             max_retries=env.job.limits.tracking_max_retries)
     book["mlflow_run_id"] = tracker.start(
-        run_name=f"{env.job.name}-{env.tenant.name}-dp-sgd", params={},
+        run_name=f"{env.job.job_name}-{env.tenant.name}-dp-sgd", params={},
         tags={"fedtune.tenant": env.tenant.name}, run_id=book.get("mlflow_run_id"),
     )
     entry = book["rounds"][str(round_index)]
@@ -181,10 +181,9 @@ def finish(env: TenantEnv, round_index: int, run: PrivateRun | None, update: Upd
             "dp_sgd/max_grad_norm": applied["max_grad_norm"],
             "dp_sgd/sample_rate": applied["sample_rate"],
         })
-        note = (f"example-level DP-SGD ({run.source} setting): epsilon="
-                f"{applied['epsilon']:.4g} at delta={applied['delta']:g} after {len(run.history) + 1} round(s)")
+        flag = "dp-sgd/epsilon-shared"
     else:
-        note = "example-level DP-SGD applied (the tenant keeps its epsilon to itself)"
+        flag = "dp-sgd/epsilon-kept"
     meta["metrics"] = metrics
-    meta["notes"] = [*list(meta.get("notes") or []), note]
+    meta["flags"] = [*list(meta.get("flags") or []), flag]
     return Update(tensors=update.tensors, meta=meta)

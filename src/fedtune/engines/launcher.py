@@ -37,6 +37,7 @@ from fedtune.engines.launcher_manifest import (
     load_settings,
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
+from fedtune.config.tenant_view import tenant_view
 from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
 
 log = logging.getLogger(__name__)
@@ -368,7 +369,7 @@ def run_tenant_step(
         return _run_in_process(job, kind, round_index, tenant)
     stores = layout.JobStores(job)
     store = stores.exchange(tenant)
-    gets, puts = step_objects(kind, job, round_index, tenant)
+    gets, puts = step_objects(kind, tenant_view(job, tenant), round_index)
 
     def accepted(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # Recorded before they are read: from here on, an overwrite through a URL is refused.

@@ -26,7 +26,8 @@ from fedtune.core.errors import (
     error_classes,
 )
 from fedtune.entrypoints.common import JOB_ENV
-from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind, tenant_copy
+from fedtune.config.tenant_view import tenant_view
+from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind
 from fedtune.pipelines.images import TENANT_IMAGE_ENV, tenant_image
 
 TENANTS_FILE_ENV = "FEDTUNE_TENANTS_FILE"
@@ -326,7 +327,8 @@ def build_job_manifest(
     limits: dict[str, str] = {"cpu": res.cpu, "memory": res.memory}
     if res.gpu:
         limits["nvidia.com/gpu"] = str(res.gpu)
-    visible_job = tenant_copy(job, tenant_name).model_dump(mode="json")
+    # The tenant's view, built by allowlist (no exchange prefix: the pod has pre-signed URLs).
+    visible_job = tenant_view(job, tenant_name).model_dump(mode="json")
     node_selector, tolerations = _placement(tenant, deployment)
     env: list[dict[str, Any]] = [
         {"name": JOB_ENV, "value": json.dumps(visible_job, sort_keys=True)},

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedtune.config.job import JobConfig, TenantConfig
+from fedtune.config.tenant_view import TenantJob, tenant_view
 from fedtune.storage import open_store
 from fedtune.storage.base import Store
 from fedtune.storage.s3 import S3Bounds
@@ -172,3 +173,14 @@ class JobStores:
         """The tenant's private store (client state), confined to this job."""
         root = tenant.store_uri or str(self.workdir / "tenants" / tenant.name)
         return self._open(root)
+
+
+def view_for(job: JobConfig, tenant: str) -> TenantJob:
+    """The provider builds ``tenant``'s view of ``job``, with its exchange prefix in this
+    layout (what in-process engines and worker processes hand the tenant's steps).
+
+    Raises:
+        ConfigError: No tenant of that name.
+    """
+    view = tenant_view(job, tenant)  # checks the name before any store is opened
+    return view.model_copy(update={"exchange_uri": JobStores(job).exchange(tenant).uri})

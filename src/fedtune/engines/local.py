@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedtune.config.job import JobConfig
+from fedtune.config.job import JobConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.engines import (
     layout,
@@ -27,6 +27,7 @@ from fedtune.engines import (
     steps,
     stopping,
 )
+from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -98,13 +99,13 @@ def preflight(tenants: steps.TenantEnvs) -> list[str]:
     problems: list[str] = []
     warnings: list[str] = []
     kinds: list[type[FedtuneError]] = []
-    for tenant in tenants.job.tenants:
+    for name in tenants.names:
         try:
-            warnings += data_warnings(tenants.job, tenants[tenant.name].data())
+            warnings += data_warnings(tenants[name].job.training, tenants[name].data())
         except FedtuneError as exc:
             # Each tenant's own details stay in its store; the run reports only the redacted kind.
-            where = steps.keep_failure_details(tenants[tenant.name], "preflight", exc)
-            problems.append(f"tenant {tenant.name}: {exc.redacted().render()}; details: {where}")
+            where = steps.keep_failure_details(tenants[name], "preflight", exc)
+            problems.append(f"tenant {name}: {exc.redacted().render()}; details: {where}")
             kinds.append(type(exc))
     if problems:
         # The first problem's kind sets the exit code; each kind's own fix is fixed text, so
@@ -120,10 +121,10 @@ def preflight(tenants: steps.TenantEnvs) -> list[str]:
     return warnings
 
 
-def data_warnings(job: JobConfig, data: TenantData) -> list[str]:
+def data_warnings(training: TrainingConfig, data: steps.TenantData) -> list[str]:
     """What makes a tenant's data train poorly without failing: too few records, no eval split."""
     out = []
-    batch = job.training.batch_size
+    batch = training.batch_size
     if len(data.train) < batch:
         out.append(
             f"tenant {data.tenant}: {len(data.train)} training record(s), fewer than "
@@ -133,7 +134,7 @@ def data_warnings(job: JobConfig, data: TenantData) -> list[str]:
     if not data.eval:
         out.append(
             f"tenant {data.tenant}: no held-out records (training.eval_fraction="
-            f"{job.training.eval_fraction}); its eval loss is not measured (add data or raise "
+            f"{training.eval_fraction}); its eval loss is not measured (add data or raise "
             "eval_fraction)"
         )
     return out
@@ -290,7 +291,8 @@ def _finish(
     for name in names:
         steps.publish_final_step(env, name)
     evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
-    final_eval = {n: dict(evaluated[n]["metrics"]) for n in names}
+    # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
+    final_eval = {n: check_eval_metrics(n, evaluated[n]["metrics"]) for n in names}
     env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
     artifacts = export_and_register(env, tracker, final_eval)
     out: dict[str, Any] = {"artifacts": artifacts, "final_eval": final_eval}

@@ -18,8 +18,10 @@ import numpy as np
 from fedtune.aggregation import validate_update
 from fedtune.aggregation.validation import check_update_norm
 from fedtune.algorithms.base import SUM_NAME, SecureSum
-from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError
+from fedtune.config.tenant_view import secure_aggregation_facts
+from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError, UpdateRejected
 from fedtune.core.messages import Broadcast, ServerState, Update
+from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
@@ -59,10 +61,11 @@ def route_keys_step(
     """Provider: gather the signed adverts (dropping any that fail their signature, named);
     hand the roster to every advertiser."""
     started = time.perf_counter()
-    expected = expected_roster(env.job, round_index)
+    facts = secure_aggregation_facts(env.job)
+    expected = expected_roster(env.job.name, env.job.seed, facts, round_index)
     t = expected["threshold"]
     raw, missing = _read_each(env, sampled, layout.secagg_key(round_index, "advert"))
-    registered = registered_identities(env.job)
+    registered = registered_identities(facts)
     ads: dict[str, p.Advertisement] = {}
     for name, data in raw.items():
         try:
@@ -140,12 +143,29 @@ def _dealt(env: ProviderEnv, round_index: int, roster: p.Roster) -> tuple[dict[s
     return dealt, missing
 
 
+def _delivered(env: ProviderEnv, name: str, round_index: int) -> tuple[Update | None, str]:
+    """A tenant's masked update if it was delivered with metadata of the schema, else None
+    and why: an update with bad metadata counts as dropped, so its mask is recovered from
+    the shares like any dropout's (it cannot leave the sum once unmasking began)."""
+    exchange = env.stores.exchange(name)
+    if not Update.stored(exchange, layout.update_key(round_index)):
+        return None, "dropped after sharing keys: no masked update was delivered"
+    # A masked upload changed after acceptance would spoil the unmasked sum: refused.
+    acceptance.verify_message(env.store(), exchange, name, layout.update_key(round_index))
+    update = Update.load(exchange, layout.update_key(round_index))
+    try:
+        check_update_meta(name, update.meta)
+    except UpdateRejected as exc:
+        return None, str(exc)
+    return update, ""
+
+
 def request_unmask_step(env: ProviderEnv, round_index: int, sampled: list[str]) -> dict[str, Any]:
     """Provider: tell every uploader who uploaded (U3) and who shared (U2)."""
     started = time.perf_counter()
     roster = _roster(env, round_index, sampled)
     dealt, _ = _dealt(env, round_index, roster)
-    survivors = [n for n in sorted(dealt) if Update.stored(env.stores.exchange(n), layout.update_key(round_index))]
+    survivors = [n for n in sorted(dealt) if _delivered(env, n, round_index)[0] is not None]
     request = {"sharers": sorted(dealt), "survivors": survivors}
     for name in survivors:
         env.stores.exchange(name).put_json(layout.secagg_key(round_index, "unmask-request"), request)
@@ -165,16 +185,17 @@ def aggregate_step(
     dealt, rejected = _dealt(env, round_index, roster)
     rejected.update({n: "not in the round's roster (no valid key advertisement)" for n in sampled if n not in roster.ads})
     updates: dict[str, Update] = {}
+    refused: set[str] = set()  # delivered, but its metadata is not of the schema
     for name in sorted(dealt):
-        exchange = env.stores.exchange(name)
-        if Update.stored(exchange, layout.update_key(round_index)):
-            # A masked upload changed after acceptance would spoil the unmasked sum: refused.
-            acceptance.verify_message(env.store(), exchange, name, layout.update_key(round_index))
-            updates[name] = Update.load(exchange, layout.update_key(round_index))
+        update, reason = _delivered(env, name, round_index)
+        if update is not None:
+            updates[name] = update
         else:
-            rejected[name] = "dropped after sharing keys: no masked update was delivered"
+            rejected[name] = reason
+            if "update rejected" in reason:
+                refused.add(name)
     for name, reason in (extra or {}).items():
-        if name not in updates:
+        if name not in updates and name not in refused:  # a refused tenant was not asked to unmask
             rejected[name] = reason
     if len(updates) < env.job.min_clients:
         raise QuorumError(
@@ -302,8 +323,8 @@ class RoundLog:
         aggregate = aggregate_step(env, round_index, sampled, extra=self.failed)
         for name, lines in aggregate.get("secagg", {}).get("offenders", {}).items():
             if name in clients:  # named in the round's summary, beside the tenant
-                meta = clients[name].setdefault("meta", {})
-                meta["notes"] = [*meta.get("notes", []), *(f"secure aggregation set aside: {x}" for x in lines)]
+                notes = clients[name].setdefault("provider_notes", [])
+                notes += [f"secure aggregation set aside: {x}" for x in lines]
         aggregate["metrics"] = {
             **aggregate.get("metrics", {}),
             "secagg/protocol_bytes": self.extra_bytes,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,19 +34,21 @@ import numpy as np
 import torch
 
 from fedtune.aggregation.validation import check_update_norm
-from fedtune.core.errors import SecureAggregationError
+from fedtune.config.tenant_view import TenantSecureAggregation
+from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
 from fedtune.engines.steps import (
     TenantEnv,
     _check_sample_count,
-    sample_clients,
+    sample_names,
     stored_update_result,
     train_client,
 )
 from fedtune.secagg import fixedpoint, identity, vector
 from fedtune.secagg import protocol as p
 
+log = logging.getLogger(__name__)
 MASKED = "secagg/masked"
 
 
@@ -54,25 +57,38 @@ def context(job_name: str, round_index: int) -> str:
     return f"fedtune-secagg|{job_name}|{layout.round_tag(round_index)}"
 
 
-def expected_roster(job: Any, round_index: int) -> dict[str, Any]:
+def expected_roster(
+    job_name: str, seed: int, facts: TenantSecureAggregation, round_index: int
+) -> dict[str, Any]:
     """What every party derives alone from the job: the round's context, sampled tenants,
     threshold, graph degree and graph seed (the provider cannot choose them)."""
-    sampled = sample_clients(job, round_index)
-    sa = job.secure_aggregation
+    sampled = sample_names(facts.names, facts.clients_per_round, seed, round_index)
+    sa = facts.settings
     k = sa.degree_for(len(sampled))
-    seed = hashlib.sha256(f"fedtune-secagg-graph|{job.name}|{job.seed}|{round_index}".encode()).hexdigest()
+    graph = hashlib.sha256(f"fedtune-secagg-graph|{job_name}|{seed}|{round_index}".encode()).hexdigest()
     return {
-        "context": context(job.name, round_index),
+        "context": context(job_name, round_index),
         "sampled": tuple(sampled),
         "threshold": sa.threshold_for(len(sampled)),
         "degree": None if k >= len(sampled) - 1 else k,
-        "graph_seed": seed,
+        "graph_seed": graph,
     }
 
 
-def registered_identities(job: Any) -> dict[str, bytes | None]:
+def registered_identities(facts: TenantSecureAggregation) -> dict[str, bytes | None]:
     """Each tenant's identity key as the job registers it (None: not registered)."""
-    return {t.name: bytes.fromhex(t.identity_key) if t.identity_key else None for t in job.tenants}
+    return {name: bytes.fromhex(key) if key else None for name, key in facts.identities.items()}
+
+
+def _facts(env: TenantEnv) -> TenantSecureAggregation:
+    facts = env.job.secure_aggregation
+    if facts is None:
+        raise ConfigError(
+            f"tenant {env.tenant.name!r}: a secure-aggregation step, but the job does not "
+            "enable secure_aggregation",
+            fix="Launcher and tenant image must be the same fedtune version.",
+        )
+    return facts
 
 
 def json_size(data: Any) -> int:
@@ -128,7 +144,7 @@ def advertise_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     started = time.perf_counter()
     secrets_ = p.TenantSecrets.new()
     env.own.put_json(layout.secagg_secrets_key(round_index), {"secrets": secrets_.to_json()})
-    ad = secrets_.advertisement(env.tenant.name, context(env.job.name, round_index), signing_key(env)).to_json()
+    ad = secrets_.advertisement(env.tenant.name, context(env.job.job_name, round_index), signing_key(env)).to_json()
     env.exchange.put_json(key, ad)
     return {"seconds": time.perf_counter() - started, "bytes": json_size(ad)}
 
@@ -137,7 +153,7 @@ def _roster(env: TenantEnv, round_index: int) -> tuple[p.Roster, dict[str, bytes
     """The routed roster, checked against what the tenant derives from the job itself, and
     the identity key of each advertiser."""
     roster = p.Roster.from_json(env.exchange.get_json(layout.secagg_key(round_index, "roster")))
-    expected = expected_roster(env.job, round_index)
+    expected = expected_roster(env.job.job_name, env.job.seed, _facts(env), round_index)
     got = {
         "context": roster.context,
         "sampled": roster.sampled,
@@ -154,7 +170,7 @@ def _roster(env: TenantEnv, round_index: int) -> tuple[p.Roster, dict[str, bytes
             + (f"; advertisements of tenants not sampled: {strangers}" if strangers else ""),
             fix="The provider must route the round's roster as the job defines it; re-run the round.",
         )
-    keys_, _ = p.identities_of(roster, registered_identities(env.job))
+    keys_, _ = p.identities_of(roster, registered_identities(_facts(env)))
     return roster, keys_
 
 
@@ -194,7 +210,7 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
     specs = env.algorithm.expected_update_shapes(broadcast)
     weight = env.algorithm.sum_weight(update)
     flat = vector.flatten(update.tensors, specs) * weight
-    return fixedpoint.encode(flat, env.job.secure_aggregation.frac_bits, parties), weight
+    return fixedpoint.encode(flat, _facts(env).settings.frac_bits, parties), weight
 
 
 def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
@@ -210,6 +226,8 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     secrets_ = p.TenantSecrets.from_json(kept["secrets"])
     dealt = {u: p.Dealt.from_json(d) for u, d in inbox["dealt"].items()}
     held, problems = p.open_shares(name, secrets_, roster, dealt, keys_)
+    for dealer, why in sorted(problems.items()):  # the reasons stay in the tenant's log
+        log.warning("tenant %s: a share of %s was not opened: %s", name, dealer, why)
     env.own.put_json(
         layout.secagg_secrets_key(round_index),
         {**kept, "held": {u: {k: f"{v:x}" for k, v in pair.items()} for u, pair in held.items()}},
@@ -222,7 +240,7 @@ def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
     # plain_bytes: the unmasked update's size (the provider knows its shapes anyway), kept so
     # that a retried step reports the same sizes as the attempt that uploaded.
     meta = {**update.meta,
-            "secagg": {"weight": weight, "unopened": problems, "plain_bytes": update.nbytes}}
+            "secagg": {"weight": weight, "unopened": sorted(problems), "plain_bytes": update.nbytes}}
     out = Update(tensors={MASKED: torch.from_numpy(masked.view(np.int64).copy())}, meta=meta)
     written = out.save(env.exchange, key)
     return {

@@ -14,34 +14,22 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedtune.config.job import JobConfig, TenantConfig
+from fedtune.config.job import JobConfig
 from fedtune.core import killpoints
-from fedtune.core.errors import (
-    ConfigError,
-    FedtuneError,
-    QuorumError,
-    StoreError,
-    StoreUnavailable,
-    UpdateRejected,
-)
+from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.registry import get_algorithm
-from fedtune.data.loader import read_examples
+from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
+
+# The tenant's env lives in its own module; steps re-exports it for the engines.
+from fedtune.engines.tenant_env import TenantEnv, TenantEnvs, keep_failure_details  # noqa: F401
 from fedtune.storage.base import Store
-from fedtune.training.context import (
-    ProviderContext,
-    SharedBase,
-    TenantContext,
-    TenantData,
-    derive_seed,
-    split_examples,
-)
-from fedtune.training.progress import ProgressHook
+from fedtune.training.context import ProviderContext, TenantData, derive_seed  # noqa: F401
 
 if TYPE_CHECKING:
     from fedtune.algorithms.base import Algorithm, Artifact
@@ -74,89 +62,6 @@ class ProviderEnv:
         return self.stores.provider()
 
 
-@dataclass
-class TenantEnv:
-    """One tenant's side of a job: its context, its exchange prefix, its own store and data.
-
-    Nothing here reaches the provider's model URI or store: the exchange store is confined to
-    the tenant's prefix, and the context's only model source is what the job declares
-    readable by tenants.
-    """
-
-    job: JobConfig
-    algorithm: Algorithm[Any]
-    tenant: TenantConfig
-    ctx: TenantContext
-    exchange: Store
-    own: Store
-    _data: TenantData | None = field(default=None, repr=False)
-
-    @classmethod
-    def create(
-        cls,
-        job: JobConfig,
-        tenant_name: str,
-        *,
-        exchange: Store | None = None,
-        shared: SharedBase | None = None,
-    ) -> TenantEnv:
-        """The tenant's env; ``exchange`` replaces its exchange prefix (a launched pod's mirror)."""
-        tenant = next((t for t in job.tenants if t.name == tenant_name), None)
-        if tenant is None:
-            raise ConfigError(
-                f"no tenant named {tenant_name!r} in job {job.name!r}",
-                fix=f"Use one of {sorted(t.name for t in job.tenants)}.",
-            )
-        stores = layout.JobStores(job)
-        algorithm = get_algorithm(job.algorithm.name)(job.algorithm)
-        return cls(
-            job=job,
-            algorithm=algorithm,
-            tenant=tenant,
-            ctx=TenantContext.from_job(job, tenant_name, algorithm.tenants_load_base, shared),
-            exchange=exchange if exchange is not None else stores.exchange(tenant_name),
-            own=stores.tenant(tenant),
-        )
-
-    def data(self) -> TenantData:
-        """The tenant's examples, read from its own data URI and split (cached)."""
-        if self._data is None:
-            fmt = None if self.tenant.data_format == "auto" else self.tenant.data_format
-            examples = read_examples(self.tenant.data_uri, fmt, limits=self.job.limits)
-            self._data = split_examples(
-                examples, self.job.training.eval_fraction, self.job.seed, self.tenant.name
-            )
-        return self._data
-
-
-class TenantEnvs:
-    """Every tenant's env of one job in one process (the local engine's simulated tenants).
-
-    They share one cache of the tenant-readable base model, as tenants downloading the same
-    public copy would; nothing else is shared.
-    """
-
-    def __init__(self, job: JobConfig) -> None:
-        self.job = job
-        self._shared = SharedBase()
-        self._envs: dict[str, TenantEnv] = {}
-        self._progress: ProgressHook | None = None
-
-    def __getitem__(self, name: str) -> TenantEnv:
-        if name not in self._envs:
-            self._envs[name] = TenantEnv.create(self.job, name, shared=self._shared)
-            if self._progress is not None:
-                self._envs[name].ctx.progress = self._progress
-        return self._envs[name]
-
-    def show_progress(self, hook: ProgressHook) -> None:
-        """Show long work inside every tenant's step with ``hook`` (the engine's bars)."""
-        self._progress = hook
-        for env in self._envs.values():
-            env.ctx.progress = hook
-
-
-
 def _writes_state() -> bool:
     """Whether this process writes the step's state: rank 0 of a multi-rank provider step, or
     the only process (a process group needs torch.distributed, so without it there is none;
@@ -169,11 +74,16 @@ def _writes_state() -> bool:
 
 def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     """The tenants of ``round_index``: a seeded sample of ``clients_per_round``, sorted."""
-    names = sorted(t.name for t in job.tenants)
-    k = job.sampled_per_round
+    return sample_names([t.name for t in job.tenants], job.sampled_per_round, job.seed, round_index)
+
+
+def sample_names(names: list[str], k: int, seed: int, round_index: int) -> list[str]:
+    """A seeded sample of ``k`` of ``names`` for ``round_index``, sorted (what
+    :func:`sample_clients` draws; a secure-aggregation tenant draws it too)."""
+    names = sorted(names)
     if k >= len(names):
         return names
-    rng = random.Random(derive_seed(job.seed, "sample", round_index))
+    rng = random.Random(derive_seed(seed, "sample", round_index))
     return sorted(rng.sample(names, k))
 
 
@@ -205,11 +115,18 @@ def _copy_message(src: Store, src_key: str, dst: Store, dst_key: str) -> int:
 
 
 def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) -> int:
-    """Put the provider's recorded message into one tenant's exchange prefix (if missing)."""
+    """Put the provider's recorded message into one tenant's exchange prefix (if missing):
+    byte for byte, or with the metadata the algorithm builds for that tenant."""
     exchange = env.stores.exchange(tenant)
     if Broadcast.stored(exchange, tenant_key):
         return stored_size(exchange, tenant_key)
-    return _copy_message(env.store(), record_key, exchange, tenant_key)
+    store = env.store()
+    meta = env.algorithm.tenant_broadcast_meta(store.get_json(f"{record_key}.json"), tenant)
+    if meta is None:
+        return _copy_message(store, record_key, exchange, tenant_key)
+    data = store.get_bytes(f"{record_key}.safetensors")  # tensors first, the JSON marks it done
+    exchange.put_bytes(f"{tenant_key}.safetensors", data)
+    return len(data) + exchange.put_json(f"{tenant_key}.json", meta)
 
 
 def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
@@ -306,26 +223,11 @@ def train_client(env: TenantEnv, round_index: int) -> Update:
             own.put_bytes(name, data)
         new_state.save(own, layout.client_state_key(round_index))
         _prune_client_states(own, keep_from=previous if previous is not None else round_index)
-    if env.job.differential_privacy is not None:  # clipped (and noised) before anything sees it
+    if env.job.client_level_dp:  # clipped (and noised) before anything sees it
         from fedtune.engines.privacy_steps import privatize_update
 
         update = privatize_update(env, round_index, update)
     return update
-
-
-def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:
-    """Store the full error (which may quote records) in the tenant's private store.
-
-    The tenant reads it there; the provider gets only ``exc.redacted()``. Returns its URI.
-    """
-    key = f"errors/{tag}.txt"
-    try:
-        env.own.put_bytes(key, exc.render().encode("utf-8"))
-    except StoreError as store_exc:
-        # The tenant's store is what failed (an outage): its own log gets the details.
-        log.error("tenant %s: %s (details not stored: %s)", env.tenant.name, exc.render(), store_exc)
-        return "the tenant's log (its store did not take them)"
-    return f"{env.own.uri.rstrip('/')}/{key}"
 
 
 def _prune_client_states(store: Any, keep_from: int) -> None:
@@ -360,6 +262,7 @@ def collect_updates(
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
+            check_update_meta(name, update.meta)  # numbers under declared keys, no free text
         except FedtuneError as exc:
             rejected[name] = str(exc)
             log.warning("rejected the update of tenant %s: %s", name, exc)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fedtune.config.job import JobConfig
+from fedtune.core.update_meta import UpdateMeta, parse_update_meta
 
 
 @dataclass
@@ -41,22 +42,27 @@ class RoundRecord:
         tenants: dict[str, dict[str, Any]] = {}
         for name in sampled:
             result = clients.get(name, {})
-            meta = result.get("meta", {})
+            meta = _typed(result.get("meta"))
+            notes = [*meta.notes(), *result.get("provider_notes", [])] if meta else list(
+                result.get("provider_notes", [])
+            )
             tenants[name] = {
-                "train_loss": meta.get("train_loss"),
-                "eval_loss": meta.get("eval_loss"),
-                "num_samples": meta.get("num_samples"),
+                "train_loss": meta.train_loss if meta else None,
+                "eval_loss": meta.eval_loss if meta else None,
+                "num_samples": meta.num_samples if meta else None,
                 # From the provider's side: the broadcast goes out, the update comes in.
                 "bytes_sent": configure.get("bytes", 0),
                 "bytes_received": result.get("bytes", 0),
                 "raw_update_bytes": result.get("raw_bytes"),
                 "client_seconds": result.get("seconds"),
-                "train_seconds": meta.get("train_seconds"),
-                "eval_seconds": meta.get("eval_seconds"),
-                # Algorithm-specific tenant metrics (e.g. FedBiOT's AdapEmu scores, bytes).
-                "metrics": dict(meta.get("metrics") or {}),
-                # What the tenant's step chose to tell (e.g. why it skipped synthetic data).
-                **({"notes": list(meta["notes"])} if meta.get("notes") else {}),
+                "train_seconds": meta.train_seconds if meta else None,
+                "eval_seconds": meta.eval_seconds if meta else None,
+                # Algorithm-specific tenant metrics (e.g. FedBiOT's AdapEmu scores, bytes),
+                # numbers under declared keys only (fedtune.core.update_meta).
+                "metrics": dict(meta.metrics) if meta else {},
+                # The provider's sentences for the codes the tenant reported, and its own
+                # notes (secure aggregation's offenders); never a tenant's text.
+                **({"notes": notes} if notes else {}),
             }
         return cls(
             round=round_index,
@@ -108,6 +114,17 @@ class RoundRecord:
             if isinstance(value, int | float) and math.isfinite(value):
                 out[f"server/{key}"] = float(value)
         return out
+
+
+def _typed(meta: Any) -> UpdateMeta | None:
+    """A tenant's update metadata as the schema reads it; None where it does not fit (the
+    update was rejected for it) or there is none."""
+    if not isinstance(meta, dict) or not meta:
+        return None
+    try:
+        return parse_update_meta(meta)
+    except ValueError:
+        return None
 
 
 def _clean(value: Any) -> Any:

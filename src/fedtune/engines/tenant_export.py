@@ -4,7 +4,8 @@ After the last round the tenant's evaluate step asks the algorithm for the model
 keeps (:meth:`~fedtune.algorithms.base.Algorithm.export_kept`), copies them into the tenant's
 own store under ``artifacts/<name>/``, and registers those marked so only when the tenant
 entry has a ``tracking`` section of its own (its MLflow, ``tenants[].tracking.tracking_uri``):
-registered as ``tracking.registered_model``, else ``<job's registered name>-<tenant>-<name>``.
+registered as ``tracking.registered_model``, else ``<job name>-<tenant>-<name>`` (the
+provider's registry names are not in the tenant's view).
 Without one, the export is files only. Nothing of it goes to the exchange or the provider.
 """
 
@@ -49,14 +50,14 @@ def _register(
     """Register ``path`` in the tenant's own MLflow (the job's validation requires its URI)."""
     from fedtune.tracking.mlflow_tracker import MlflowTracker
 
-    registered = tracking.registered_model or f"{env.job.registered_model_name}-{env.tenant.name}-{name}"
+    registered = tracking.registered_model or f"{env.job.job_name}-{env.tenant.name}-{name}"
     tracker = MlflowTracker(
         tracking.tracking_uri,
         tracking.experiment,
         timeout_s=env.job.limits.tracking_timeout_s,
         max_retries=env.job.limits.tracking_max_retries,
     )
-    tracker.start(run_name=f"{env.job.name}-{env.tenant.name}", params={}, tags={"fedtune.tenant": env.tenant.name})
+    tracker.start(run_name=f"{env.job.job_name}-{env.tenant.name}", params={}, tags={"fedtune.tenant": env.tenant.name})
     try:
         ref = tracker.log_model(path, name=name, registered_name=registered, alias=tracking.alias, tags=tags)
     except BaseException:

@@ -17,7 +17,7 @@ def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) ->
     """Run one tenant step against ``env``; return its result (see each step)."""
     from fedtune.engines import steps
 
-    if kind.startswith("secagg-") or (kind == "client" and env.job.secure_aggregation.enabled):
+    if kind.startswith("secagg-") or (kind == "client" and env.job.secure_aggregation is not None):
         from fedtune.engines import secagg_steps
 
         return secagg_steps.TENANT_STEPS[kind](env, round_index)

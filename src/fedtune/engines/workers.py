@@ -199,7 +199,7 @@ def _start_context() -> Any:
 
 def _worker_main(
     conn: Connection,
-    job_json: str,
+    views_json: str,
     threads: int,
     fault: str | None,
     device: str = "cpu",
@@ -214,13 +214,14 @@ def _worker_main(
     import torch
 
     torch.set_num_threads(threads)
-    from fedtune.config import parse_job
+    from fedtune.config.tenant_view import TenantJob
     from fedtune.engines import steps
 
-    job = parse_job(json.loads(job_json), source="worker")
-    tenants = steps.TenantEnvs(job)
+    # The tenants' views, built by the provider: a worker never holds the job itself.
+    views = {name: TenantJob.model_validate(v) for name, v in json.loads(views_json).items()}
+    tenants = steps.TenantEnvs(views)
     try:  # warm the shared tenant-readable base before the first task
-        first = tenants[job.tenants[0].name]
+        first = tenants[tenants.names[0]]
         if first.algorithm.tenants_load_base:
             first.ctx.base_model()
     except Exception:  # noqa: BLE001 - the CLI starts workers before its checks: they report
@@ -412,7 +413,12 @@ class WorkerPool:
         self.peaks: dict[int, dict[str, float]] = {}  # worker i's peak memory so far
         self.threads = job.engine.step_threads or threads_per_worker(size)
         self._context = _start_context()
-        self.job_json = json.dumps(job.model_dump(mode="json"))
+        from fedtune.engines import layout
+
+        self.job_json = json.dumps(job.model_dump(mode="json"))  # names the pool (prestart)
+        self.views_json = json.dumps(
+            {t.name: layout.view_for(job, t.name).model_dump(mode="json") for t in job.tenants}
+        )
         self._workers: list[_Worker] = []
 
     def start(self) -> None:
@@ -429,7 +435,7 @@ class WorkerPool:
         self.close(terminate=exc[0] is not None)
 
     def _spawn(self, index: int) -> _Worker:
-        return _Worker(self._context, self.job_json, self.threads, self.devices[index],
+        return _Worker(self._context, self.views_json, self.threads, self.devices[index],
                        self.job.engine.workers_per_device)
 
     def _note_memory(self, index: int, memory: dict[str, Any] | None) -> None:

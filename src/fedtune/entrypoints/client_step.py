@@ -75,11 +75,11 @@ def parse(argv: Sequence[str] | None, description: str, step: str) -> argparse.N
 def body(args: argparse.Namespace, kind: StepKind = "client") -> dict[str, Any]:
     """Run a tenant step of a round here: through pre-signed URLs in a launched pod, else on
     the job's stores."""
+    if args.presigned:  # a launched pod: its view of the job, never the job
+        view = common.tenant_view_for(args)
+        urls = tenant_io.read_urls(tenant_io.step_objects(kind, view, args.round))
+        return tenant_io.run_presigned(view, kind, args.round, urls)
     job = common.read_job(args.job, args.job_json)
-    if args.presigned:
-        expected = tenant_io.step_objects(kind, job, args.round, args.tenant)
-        urls = tenant_io.read_urls(expected)
-        return tenant_io.run_presigned(job, kind, args.round, args.tenant, urls)
     # Never the launcher here: this process may itself be the launched pod.
     return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, args.round)
 

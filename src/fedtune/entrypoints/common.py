@@ -15,13 +15,16 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from fedtune.config import load_job, parse_job
+from fedtune.config import format_validation_errors, load_job, parse_job
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
+
+if TYPE_CHECKING:
+    from fedtune.config.tenant_view import TenantJob
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,51 @@ def read_job(path: str | None = None, text: str | None = None) -> JobConfig:
         "no job config given",
         fix=f"Pass --job JOB.yaml, --job-json '{{...}}', or set {JOB_ENV}.",
     )
+
+
+def read_tenant_view(path: str | None = None, text: str | None = None) -> TenantJob:
+    """A tenant's view of the job (what a launched pod is given) from a JSON file, JSON text
+    or ``$FEDTUNE_JOB_JSON``.
+
+    Raises:
+        ConfigError: None given, not JSON, or not a tenant view (e.g. a whole job).
+    """
+    from pydantic import ValidationError
+
+    from fedtune.config.tenant_view import TenantJob
+
+    source, raw = (path, Path(path).read_text("utf-8")) if path else ("--job-json", text)
+    if not raw:
+        source, raw = f"${JOB_ENV}", os.environ.get(JOB_ENV)
+    if not raw:
+        raise ConfigError(
+            "no tenant view of the job given",
+            fix=f"Launched tenant pods get it in ${JOB_ENV} from the provider's launcher.",
+        )
+    try:
+        return TenantJob.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{source} is not a tenant's view of a job: {format_validation_errors(exc)}",
+            fix="Launcher and tenant image must be the same fedtune version; a tenant pod is "
+            "given its view of the job, never the whole job.",
+        ) from None
+
+
+def tenant_view_for(args: argparse.Namespace) -> TenantJob:
+    """The view a launched pod's command line points at (``--job``/``--job-json``/env),
+    checked to be ``--tenant``'s.
+
+    Raises:
+        ConfigError: No view, a malformed one, or another tenant's.
+    """
+    view = read_tenant_view(args.job, args.job_json)
+    if view.name != args.tenant:
+        raise ConfigError(
+            f"--tenant {args.tenant!r}, but the view of the job given is tenant {view.name!r}'s",
+            fix="The launcher passes each pod its own tenant's view; run the same fedtune version.",
+        )
+    return view
 
 
 def write_job_artifact(path: str | Path, job: JobConfig) -> None:

@@ -48,9 +48,11 @@ def run(job: JobConfig, eval_markers: list[dict[str, Any]]) -> dict[str, Any]:
             "final_eval": store.get_json(layout.FINAL_EVAL_KEY),
             "skipped": True,
         }
+    from fedtune.core.update_meta import check_eval_metrics
     from fedtune.engines.local import export_and_register  # torch and PEFT: exporting only
 
-    by_tenant = {m["tenant"]: dict(m["metrics"]) for m in eval_markers}
+    # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
+    by_tenant = {m["tenant"]: check_eval_metrics(m["tenant"], m["metrics"]) for m in eval_markers}
     final_eval = {t.name: by_tenant[t.name] for t in job.tenants if t.name in by_tenant}
     store.put_json(layout.FINAL_EVAL_KEY, final_eval)
     run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None

@@ -65,9 +65,9 @@ def parse(kind: TenantKind, description: str, argv: Sequence[str] | None) -> arg
 
 def body(kind: TenantKind, args: argparse.Namespace) -> dict[str, Any]:
     """Run the step here: through pre-signed URLs in a launched pod, else on the job's stores."""
+    if args.presigned:  # a launched pod: its view of the job, never the job
+        view = common.tenant_view_for(args)
+        urls = tenant_io.read_urls(tenant_io.step_objects(kind, view, view.rounds))
+        return tenant_io.run_presigned(view, kind, view.rounds, urls)
     job = common.read_job(args.job, args.job_json)
-    if args.presigned:
-        expected = tenant_io.step_objects(kind, job, job.rounds, args.tenant)
-        urls = tenant_io.read_urls(expected)
-        return tenant_io.run_presigned(job, kind, job.rounds, args.tenant, urls)
     return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, job.rounds)

@@ -22,7 +22,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from fedtune.config.job import JobConfig, LimitsConfig
+from fedtune.config.job import LimitsConfig
+from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
 from fedtune.engines import layout, steps
 from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
@@ -51,10 +52,10 @@ SECAGG_OBJECTS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def step_objects(
-    kind: StepKind, job: JobConfig, round_index: int, tenant: str
+    kind: StepKind, view: TenantJob, round_index: int
 ) -> tuple[list[str], list[str]]:
     """The blobs a tenant step reads and writes, as keys inside the tenant's exchange prefix
-    (sidecars implied)."""
+    (sidecars implied); ``view`` is the tenant's view of the job."""
     if kind in SECAGG_OBJECTS:
         reads, writes = SECAGG_OBJECTS[kind]
         return (
@@ -63,15 +64,15 @@ def step_objects(
         )
     if kind == "client":
         gets = _message_blobs(layout.round_broadcast_key(round_index))
-        if job.secure_aggregation.enabled:  # the routed roster and its own sealed shares
+        if view.secure_aggregation is not None:  # the routed roster and its own sealed shares
             gets += [layout.secagg_key(round_index, n) for n in ("roster", "inbox")]
-        if job.differential_privacy is not None:  # the round's clip norm and noise share
+        if view.client_level_dp:  # the round's clip norm and noise share
             gets.append(layout.privacy_plan_key(round_index))
         return gets, _message_blobs(layout.update_key(round_index))
     result = layout.final_audit_key if kind == "audit" else layout.final_eval_key
     return (
-        _message_blobs(layout.final_tenant_broadcast_key(job.rounds)),
-        [result(job.rounds)],
+        _message_blobs(layout.final_tenant_broadcast_key(view.rounds)),
+        [result(view.rounds)],
     )
 
 
@@ -162,19 +163,21 @@ def read_urls(expected: tuple[list[str], list[str]]) -> dict[str, dict[str, str]
 
 
 def run_presigned(
-    job: JobConfig, kind: StepKind, round_index: int, tenant: str, urls: dict[str, dict[str, str]]
+    view: TenantJob, kind: StepKind, round_index: int, urls: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
-    """Fetch the step's inputs, run it against a private local exchange, upload its outputs."""
+    """Fetch the step's inputs, run it against a private local exchange, upload its outputs;
+    ``view`` is the tenant's view of the job (all a launched pod is given)."""
     from fedtune.storage import open_store
 
-    gets, puts = step_objects(kind, job, round_index, tenant)
+    gets, puts = step_objects(kind, view, round_index)
+    limits = view.limits
     with tempfile.TemporaryDirectory(prefix="fedtune-exchange-") as tmp:
         store = open_store(tmp)
-        env = steps.TenantEnv.create(job, tenant, exchange=store)
+        env = steps.TenantEnv.create(view, exchange=store)
         for key in gets:
-            data = _request(urls["get"][key], key, "GET", job.limits)
+            data = _request(urls["get"][key], key, "GET", limits)
             recorded = (
-                _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET", job.limits)
+                _request(urls["get"][key + SIDECAR], key + SIDECAR, "GET", limits)
                 .decode()
                 .strip()
             )
@@ -186,49 +189,13 @@ def run_presigned(
         result = run_tenant_task(env, kind, round_index)
         for key in puts:
             data = store.get_bytes(key)
-            _request(urls["put"][key], key, "PUT", job.limits, data)
+            _request(urls["put"][key], key, "PUT", limits, data)
             _request(
                 urls["put"][key + SIDECAR],
                 key + SIDECAR,
                 "PUT",
-                job.limits,
+                limits,
                 hashlib.sha256(data).hexdigest().encode(),
             )
             log.info("uploaded %s (%d bytes)", key, len(data))
     return result
-
-
-REDACTED = "redacted"
-"""What stands in a tenant's copy of the job for URIs only the provider may know."""
-
-
-def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
-    """The job as a tenant pod sees it: no other tenant's URIs, no tracking, no exchange or
-    provider store URI, not the provider's model URI, and not the provider's cluster
-    resources (its ``provider:`` section: nodes, image). The public data URI only where the
-    algorithm shares the public set with tenants by design (FedMKT's knowledge is computed on
-    it by every party); the pod needs read access to it, e.g. a bucket every tenant can read."""
-    from fedtune.config.job import PretrainedModelConfig, ProviderResources
-
-    shared_public = bool(getattr(type(job.algorithm), "tenants_read_public", False))
-
-    tenants = [
-        t if t.name == tenant else t.model_copy(update={"data_uri": REDACTED, "store_uri": None})
-        for t in job.tenants
-    ]
-    tracking = job.tracking.model_copy(update={"backend": "none", "tracking_uri": None})
-    model = job.model
-    if isinstance(model, PretrainedModelConfig):
-        model = model.model_copy(update={"uri": REDACTED})
-    return job.model_copy(
-        update={
-            "tenants": tenants,
-            "tracking": tracking,
-            "exchange_uri": None,
-            "provider_store_uri": None,
-            "public_data_uri": job.public_data_uri if shared_public else None,
-            "model": model,
-            "provider": ProviderResources(),
-        }
-    )
-

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
+    from fedtune.config.tenant_view import TenantJob
     from fedtune.training.local import Batch
     from fedtune.training.precision import Runtime
 
@@ -441,13 +442,17 @@ class TenantBase:
         )
 
     @classmethod
-    def from_job(cls, job: JobConfig, tenants_load_base: bool) -> TenantBase:
-        """The tenant-readable base of ``job`` (never ``model.uri``)."""
-        if not tenants_load_base:
-            return cls(model=None, tokenizer_spec=job.tokenizer)
-        if isinstance(job.model, TinyModelConfig):
-            return cls(model=job.model, tokenizer_spec=job.tokenizer)
-        return cls(model=job.model.tenant_uri, tokenizer_spec=job.tokenizer)
+    def of_view(cls, view: TenantJob) -> TenantBase:
+        """The base a tenant's view names (never ``model.uri``): the tenant's own model where
+        its entry names one (FedMKT), else what the job declares readable by tenants."""
+        entry = view.tenant
+        if entry.model is not None:
+            own = entry.model if isinstance(entry.model, TinyModelConfig) else entry.model.uri
+            return cls(
+                model=own, tokenizer_spec=entry.tokenizer or "auto", owner=entry.name,
+                store_uri=entry.store_uri,
+            )
+        return cls(model=view.base_model, tokenizer_spec=view.tokenizer)
 
 
 class SharedBase:
@@ -479,33 +484,18 @@ class TenantContext(_Encoding):
     _package_tokenizer: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_job(
-        cls, job: JobConfig, tenant: str, tenants_load_base: bool, shared: SharedBase | None = None
-    ) -> TenantContext:
-        """The context of ``tenant``: job seeds, LoRA and training settings, tenant base
-        (the tenant's own model where its entry names one)."""
-        entry = next((t for t in job.tenants if t.name == tenant), None)
-        if entry is not None and entry.model is not None:
-            own = entry.model if isinstance(entry.model, TinyModelConfig) else entry.model.uri
-            base = TenantBase(
-                model=own, tokenizer_spec=entry.tokenizer or "auto", owner=tenant,
-                store_uri=entry.store_uri,
-            )
-        else:
-            base = TenantBase.from_job(job, tenants_load_base)
+    def of_view(cls, view: TenantJob, shared: SharedBase | None = None) -> TenantContext:
+        """The context of the tenant whose view this is: seeds, LoRA and training settings,
+        its base, and the public set where the algorithm shares it."""
         return cls(
-            seed=job.seed,
-            lora_config=job.lora,
-            training=job.training,
-            limits=job.limits,
-            tenant=tenant,
-            base=base,
+            seed=view.seed,
+            lora_config=view.lora,
+            training=view.training,
+            limits=view.limits,
+            tenant=view.name,
+            base=TenantBase.of_view(view),
             shared=shared or SharedBase(),
-            public_data_uri=(
-                job.public_data_uri
-                if getattr(type(job.algorithm), "tenants_read_public", False)
-                else None
-            ),
+            public_data_uri=view.public_data_uri,
         )
 
     def shared_public_examples(self) -> list[Example]:

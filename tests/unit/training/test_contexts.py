@@ -10,7 +10,7 @@ import torch
 
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError, ModelError
-from fedtune.entrypoints.tenant_io import REDACTED, tenant_copy
+from fedtune.config.tenant_view import tenant_view
 from fedtune.models.tokenizer import load_tokenizer
 from fedtune.training.context import (
     ProviderContext,
@@ -55,7 +55,7 @@ def _every_value(obj: Any) -> list[Any]:
 
 def test_a_tenant_context_holds_no_path_to_the_providers_model() -> None:
     job = parse_job(job_dict())
-    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=True)
+    ctx = TenantContext.of_view(tenant_view(job, "tenant-a"))
     values = _every_value(ctx)
     assert not any(isinstance(v, str) and SECRET_URI in v for v in values)
     assert ctx.base.model == "/mirror/model"
@@ -65,7 +65,7 @@ def test_a_tenant_context_holds_no_path_to_the_providers_model() -> None:
 
 def test_a_fedbiot_tenant_context_has_no_model_at_all() -> None:
     job = parse_job(job_dict(model={"source": "pretrained", "uri": SECRET_URI}, algorithm={"name": "fedbiot"}))
-    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=False)
+    ctx = TenantContext.of_view(tenant_view(job, "tenant-a"))
     assert ctx.base.model is None
     with pytest.raises(ModelError, match="gives tenants no base model"):
         ctx.tokenizer()
@@ -78,13 +78,13 @@ def test_the_provider_context_reaches_the_model_and_the_public_data() -> None:
     assert ctx.public_data_uri == "s3://provider-public/public.jsonl"
 
 
-def test_a_tenant_pods_copy_of_the_job_names_no_provider_uri() -> None:
+def test_a_tenants_view_of_the_job_names_no_provider_uri() -> None:
     job = parse_job(
         job_dict(exchange_uri="s3://ex/runs", provider_store_uri="s3://provider-state/runs")
     )
-    seen = tenant_copy(job, "tenant-a").model_dump(mode="json")
-    assert seen["model"]["uri"] == REDACTED and seen["model"]["tenant_uri"] == "/mirror/model"
-    assert seen["provider_store_uri"] is None and seen["public_data_uri"] is None
+    seen = tenant_view(job, "tenant-a").model_dump(mode="json")
+    assert seen["base_model"] == "/mirror/model"
+    assert "provider_store_uri" not in seen and seen["public_data_uri"] is None
     assert not any(u in str(seen) for u in (SECRET_URI, "provider-state", "provider-public"))
 
 
@@ -99,9 +99,9 @@ def test_a_fedmkt_tenant_pod_keeps_the_shared_public_set_and_nothing_else_of_the
             provider_store_uri="s3://provider-state/runs",
         )
     )
-    seen = tenant_copy(job, "tenant-a").model_dump(mode="json")
+    seen = tenant_view(job, "tenant-a").model_dump(mode="json")
     assert seen["public_data_uri"] == "s3://provider-public/public.jsonl"
-    assert seen["provider_store_uri"] is None and "provider-state" not in str(seen)
+    assert seen["base_model"] is None and "provider-state" not in str(seen)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_a_fedmkt_tenant_context_has_its_own_model_and_the_shared_public_set() -
             tenants=[{"name": "tenant-a", "data_uri": "a.jsonl", "model": small, "tokenizer": "builtin"}],
         )
     )
-    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=False)
+    ctx = TenantContext.of_view(tenant_view(job, "tenant-a"))
     assert not any(isinstance(v, str) and SECRET_URI in v for v in _every_value(ctx))
     assert ctx.base.model is not None and ctx.base.model.arch == "gpt2"
     assert ctx.base.tokenizer_spec == "builtin"
@@ -165,7 +165,7 @@ def test_a_tenants_data_is_tokenized_once_per_tokenizer(caplog: pytest.LogCaptur
     from fedtune.data.formats import Example
 
     job = parse_job(job_dict(model={"source": "tiny"}, training={"max_seq_len": 96}))
-    ctx = TenantContext.from_job(job, "tenant-a", tenants_load_base=True)
+    ctx = TenantContext.of_view(tenant_view(job, "tenant-a"))
     examples = [Example("hi", "", "yes"), Example("a prompt far too long " * 40, "", "no")]
     with caplog.at_level("WARNING", logger="fedtune.data.tokenize"):
         first, again = ctx.encode(examples), ctx.encode(examples)

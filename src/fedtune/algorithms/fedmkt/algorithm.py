@@ -147,6 +147,16 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         }
         return Broadcast(tensors=tensors, meta=meta)
 
+    def tenant_broadcast_meta(self, meta: dict[str, Any], tenant: str) -> dict[str, Any] | None:
+        """A tenant's copy names its own vocabulary size only: the provider's record keeps
+        every tenant's (check_update reads it), which would tell a tenant who the others are."""
+        sizes = meta.get("tenant_vocab_sizes")
+        if sizes is None:
+            return None
+        own = {tenant: sizes[tenant]} if tenant in sizes else {}
+        return {**{k: meta[k] for k in ("round", "public_hash", "top_k") if k in meta},
+                "tenant_vocab_sizes": own}
+
     def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
         """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE, token
         ids inside the tenant's vocabulary (and in homogeneous mode the small model's adapter,

@@ -47,7 +47,7 @@ class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
         private = update.group("adapter")
         if self.config.beta == 1.0:
             public = client.PublicTraining(
-                adapter=global_adapter, notes=["beta = 1: the upload is W^l (FedAvg's)"]
+                adapter=global_adapter, flags=["fewfedpit/beta-one"]
             )
         else:
             public = client.train_public(
@@ -56,8 +56,8 @@ class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
         mixed = client.local_aggregation(private, public.adapter, self.config.beta)  # line 9
         meta = dict(update.meta)
         meta["metrics"] = {**meta.get("metrics", {}), **public.metrics}
-        if public.notes:
-            meta["notes"] = public.notes
+        if public.flags:
+            meta["flags"] = public.flags
         files = {}
         if public.kept:
             files[synthetic_key(round_index)] = client.synthetic_jsonl(

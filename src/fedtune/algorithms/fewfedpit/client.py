@@ -15,6 +15,7 @@ Everything here runs in the tenant's context; only the mix leaves it.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from fedtune.training.local import plan_steps, train_local
 
 Adapter = dict[str, torch.Tensor]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class PublicTraining:
@@ -42,7 +45,9 @@ class PublicTraining:
     kept: list[Example] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    #: Codes of :data:`fedtune.core.update_meta.TENANT_FLAGS` (never free text: the update's
+    #: metadata reaches the provider).
+    flags: list[str] = field(default_factory=list)
 
 
 def local_aggregation(private: Adapter, public: Adapter, beta: float) -> Adapter:
@@ -89,10 +94,8 @@ def train_public(
                 fix="Give the tenant more records, lower algorithm.instruction_demos, or set "
                 "algorithm.too_few_records: local-only to skip synthetic data for such tenants.",
             )
-        return PublicTraining(
-            adapter=dict(global_adapter),
-            notes=[f"synthetic data skipped: {message} (too_few_records: local-only)"],
-        )
+        log.info("tenant %s: synthetic data skipped: %s (too_few_records: local-only)", ctx.tenant, message)
+        return PublicTraining(adapter=dict(global_adapter), flags=["fewfedpit/too-few-records"])
 
     tokenizer = ctx.tokenizer()
     generator = ctx.peft_model(global_adapter)  # M^g
@@ -106,7 +109,7 @@ def train_public(
         return PublicTraining(
             adapter=dict(global_adapter),
             metrics=metrics,
-            notes=["no synthetic candidate passed the filters; W^g stays the global adapter"],
+            flags=["fewfedpit/no-candidate"],
         )
 
     judge = ctx.peft_model(private_adapter)  # M^l scores the candidates
@@ -123,7 +126,7 @@ def train_public(
             kept=kept,
             scores=scores,
             metrics=metrics,
-            notes=["every kept synthetic example exceeds max_seq_len; W^g stays the global adapter"],
+            flags=["fewfedpit/too-long"],
         )
     steps = config.synthetic_steps or plan_steps(ctx.training, len(encoded))
     seed = derive_seed(ctx.seed, "train-synthetic", round_index, ctx.tenant)
