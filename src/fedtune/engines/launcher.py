@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from fedtune.config.job import JobConfig
+from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import ConfigError, FedtuneError, TenantFailure, TenantStepFailed
 from fedtune.core.messages import Update
 from fedtune.engines import acceptance, layout, steps
@@ -37,7 +38,6 @@ from fedtune.engines.launcher_manifest import (
     load_settings,
 )
 from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
-from fedtune.config.tenant_view import tenant_view
 from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from typing import Any
 
 from fedtune.config.base import check_dns1123_label
 from fedtune.config.job import JobConfig, TenantConfig
+from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import (
     ConfigError,
     FedtuneError,
@@ -26,7 +27,6 @@ from fedtune.core.errors import (
     error_classes,
 )
 from fedtune.entrypoints.common import JOB_ENV
-from fedtune.config.tenant_view import tenant_view
 from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind
 from fedtune.pipelines.images import TENANT_IMAGE_ENV, tenant_image
 

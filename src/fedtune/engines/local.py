@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
+from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines import (
     layout,
     privacy_steps,
@@ -27,7 +28,6 @@ from fedtune.engines import (
     steps,
     stopping,
 )
-from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines.audit import record_audit
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
@@ -43,7 +43,6 @@ from fedtune.engines.workers import (
     tenant_runner,
 )
 from fedtune.tracking.base import Tracker
-from fedtune.training.context import TenantData
 from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)

@@ -60,7 +60,13 @@ from fedtune.config.secrets import (
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c
 from fedtune.pipelines import secagg_components as sc
-from fedtune.pipelines.images import TENANT_IMAGE_ENV, Images, heavy_step_image, retarget_text, tenant_image
+from fedtune.pipelines.images import (
+    TENANT_IMAGE_ENV,
+    Images,
+    heavy_step_image,
+    retarget_text,
+    tenant_image,
+)
 from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
 HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedtune.config import parse_job
-from fedtune.core.errors import ConfigError, ModelError
 from fedtune.config.tenant_view import tenant_view
+from fedtune.core.errors import ConfigError, ModelError
 from fedtune.models.tokenizer import load_tokenizer
 from fedtune.training.context import (
     ProviderContext,
