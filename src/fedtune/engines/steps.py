@@ -136,30 +136,42 @@ class TenantEnv:
 
 
 class TenantEnvs:
-    """Every tenant's env of one job in one process (the local engine's simulated tenants).
+    """The env of whichever tenant one process serves now (the local engine's simulated
+    tenants, in the engine itself or in a worker).
 
-    They share one cache of the tenant-readable base model, as tenants downloading the same
-    public copy would; nothing else is shared.
+    One tenant at a time: looking up another tenant drops the previous tenant's env (its data,
+    its encodings, its context) and has the shared things wipe what that tenant left in them
+    (:meth:`SharedBase.serve`). What is shared across tenants is only what every tenant may
+    read anyway: the tenant-readable frozen base model, its tokenizer, its LoRA wrapper reset
+    to the seeded initial adapter, and a public set the algorithm shares with tenants.
     """
 
     def __init__(self, job: JobConfig) -> None:
         self.job = job
         self._shared = SharedBase()
-        self._envs: dict[str, TenantEnv] = {}
+        self._env: TenantEnv | None = None
         self._progress: ProgressHook | None = None
 
     def __getitem__(self, name: str) -> TenantEnv:
-        if name not in self._envs:
-            self._envs[name] = TenantEnv.create(self.job, name, shared=self._shared)
+        if self._env is None or self._env.tenant.name != name:
+            self._env = None  # the previous tenant's env goes before the next one's is built
+            self._shared.serve(name)
+            self._env = TenantEnv.create(self.job, name, shared=self._shared)
             if self._progress is not None:
-                self._envs[name].ctx.progress = self._progress
-        return self._envs[name]
+                self._env.ctx.progress = self._progress
+        return self._env
+
+    def release(self) -> None:
+        """Keep nothing of the tenant served last (a step ended): drop its env, wipe the
+        shared things. The next lookup builds its env anew; results do not change."""
+        self._env = None
+        self._shared.serve(None)
 
     def show_progress(self, hook: ProgressHook) -> None:
         """Show long work inside every tenant's step with ``hook`` (the engine's bars)."""
         self._progress = hook
-        for env in self._envs.values():
-            env.ctx.progress = hook
+        if self._env is not None:
+            self._env.ctx.progress = hook
 
 
 
