@@ -400,13 +400,11 @@ def share_steps(tasks: Sequence[Task], workers: int, steps: int | None) -> list[
 
 def _split_steps(job: JobConfig) -> int | None:
     """The local steps of the job's client step where the pool may cut it, else None."""
-    from fedtune.core.registry import get_algorithm
-
     if job.secure_aggregation.enabled or job.training.local_steps is None:
         return None
     if any(t.dp_sgd is not None for t in job.tenants):  # DP-SGD's batches and noise run whole
         return None
-    if not get_algorithm(job.algorithm.name).splittable_client_step:
+    if not type(job.algorithm).capabilities.splittable_client_step:
         return None
     return job.training.local_steps
 

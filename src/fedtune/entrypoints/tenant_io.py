@@ -210,7 +210,7 @@ def tenant_copy(job: JobConfig, tenant: str) -> JobConfig:
     it by every party); the pod needs read access to it, e.g. a bucket every tenant can read."""
     from fedtune.config.job import PretrainedModelConfig, ProviderResources
 
-    shared_public = bool(getattr(type(job.algorithm), "tenants_read_public", False))
+    shared_public = type(job.algorithm).capabilities.tenants_read_public
 
     tenants = [
         t if t.name == tenant else t.model_copy(update={"data_uri": REDACTED, "store_uri": None})

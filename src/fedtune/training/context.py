@@ -546,7 +546,7 @@ class TenantContext(_Encoding):
             shared=shared or SharedBase(),
             public_data_uri=(
                 job.public_data_uri
-                if getattr(type(job.algorithm), "tenants_read_public", False)
+                if type(job.algorithm).capabilities.tenants_read_public
                 else None
             ),
         )
