@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedtune.engines import layout, steps
-from fedtune.entrypoints import audit
+from fedtune.entrypoints import audit, final_broadcast
 from tests.kfp.component_checks import assert_folder_consistent, initialised, marker
 from tests.kfp.conftest import two_tenant_job
 
@@ -25,6 +25,7 @@ def test_only_numbers_reach_the_exchange_and_the_details_stay_with_the_tenant(
     for tenant in ("tenant-a", "tenant-b"):
         steps.client_step(steps.TenantEnv.create(env.job, tenant), 1)
     steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
+    final_broadcast.component(str(job_path), str(tmp_path / "closed"), str(tmp_path / "fb"))
     audit.component(str(job_path), "tenant-b", "run", str(tmp_path / "s"))
     got = marker(tmp_path / "s")
     assert got["tenant"] == "tenant-b" and got["scores"]["n"] == 2

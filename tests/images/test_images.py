@@ -126,6 +126,7 @@ def test_images_name_the_pipeline_entrypoints() -> None:
             "client_step",
             "aggregate",
             "close_rounds",
+            "final_broadcast",
             "evaluate",
             "export_and_register",
             "secagg_advertise",

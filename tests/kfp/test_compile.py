@@ -34,12 +34,12 @@ def test_committed_compiled_files_are_up_to_date() -> None:
     assert stale == [], f"run `python -m fedtune.pipelines.catalog --write`; stale: {stale}"
 
 
-def test_one_committed_pipeline_per_family_and_nine_components() -> None:
+def test_one_committed_pipeline_per_family_and_ten_components() -> None:
     stems = sorted(p.stem for p in COMMITTED)
     jobs = sorted(p.stem for p in (ROOT / "pipelines" / "jobs").glob("*.yaml"))
     assert jobs == sorted([*FAMILIES, "fedit-secure"])  # and FedIT's secure-aggregation variant
     assert stems == sorted([*jobs, *(f"{j}-gpu" for j in jobs)])  # each with its GPU variant
-    assert len(COMPONENT_SPECS) == 9
+    assert len(COMPONENT_SPECS) == 10
 
 
 @pytest.mark.parametrize(
@@ -209,7 +209,7 @@ def test_tenant_steps_retry_and_provider_steps_do_not(tmp_path: Path) -> None:
     }
     assert set(executed) == {
         "server-init", "configure-round", "client-step", "aggregate", "close-rounds",
-        "evaluate", "export-and-register", "audit", "record-audit",
+        "final-broadcast", "evaluate", "export-and-register", "audit", "record-audit",
     }
     for name, task in executed.items():
         retries = task.get("retryPolicy", {}).get("maxRetryCount", 0)
@@ -327,6 +327,30 @@ def test_fedtune_submit_refuses_bad_input(extra: list[str], message: str) -> Non
     args = parser().parse_args(["submit", str(ROOT / "pipelines/jobs/fedit.yaml"), *extra])
     with pytest.raises(ConfigError, match=re.escape(message)):
         args.handler(args)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
+def test_the_provider_publishes_the_final_broadcast_once_before_every_evaluate_task(
+    path: Path,
+) -> None:
+    """Every family and secure variant: one provider task publishes; evaluate only reads."""
+    spec = yaml.safe_load_all(path.read_text()).__next__()
+    tasks = all_tasks(spec)
+    (final,) = [t for n, t in tasks if t["componentRef"]["name"] == "comp-final-broadcast"]
+    assert "retryPolicy" not in final and final["inputs"]["artifacts"]["state"] == {
+        "componentInputArtifact": "pipelinechannel--close-rounds-state"
+    }
+    (evaluate,) = [t for n, t in tasks if n == "evaluate"]
+    assert evaluate["inputs"]["artifacts"]["state"] == {
+        "componentInputArtifact": "pipelinechannel--final-broadcast-broadcast"
+    }
+    (loop,) = [t for _, t in tasks if "final-broadcast" in t.get("dependentTasks", [])]
+    assert loop["inputs"]["artifacts"]["pipelinechannel--final-broadcast-broadcast"] == {
+        "taskOutputArtifact": {"outputArtifactKey": "broadcast", "producerTask": "final-broadcast"}
+    }
+    assert loop["componentRef"]["name"] in {
+        n for n, c in spec["components"].items() if "evaluate" in c.get("dag", {}).get("tasks", {})
+    }
 
 
 def test_the_audit_runs_after_export_under_runtime_conditions(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from fedtune.entrypoints import (
     configure_round,
     evaluate,
     export_and_register,
+    final_broadcast,
     server_init,
 )
 from fedtune.pipelines.run_form import JOB_SCOPE, RunForm
@@ -37,7 +38,7 @@ def test_steps_chain_through_markers_like_the_pipeline(tmp_path: Path) -> None:
     job = two_tenant_job(tmp_path / "w")
     job_path = tmp_path / "artifacts" / "job"
     paths = {
-        n: tmp_path / "artifacts" / n for n in ("state0", "b1", "ua", "ub", "s1", "ma", "mb", "x")
+        n: tmp_path / "artifacts" / n for n in ("state0", "b1", "ua", "ub", "s1", "fb", "ma", "mb", "x")
     }
     form = RunForm(job_config=json.dumps(job.model_dump(mode="json")), resume_run_id=JOB_SCOPE)
     assert server_init.component(form, "fedit", str(job_path), str(paths["state0"])) == [1]
@@ -55,6 +56,7 @@ def test_steps_chain_through_markers_like_the_pipeline(tmp_path: Path) -> None:
     record = store.get_json(layout.summary_key(1))
     assert record["accepted"] == ["tenant-a", "tenant-b"] and record["wall_time"]["total"] > 0
     assert record["tenants"]["tenant-a"]["bytes_received"] == marker["result"]["bytes"]
+    final_broadcast.component(str(job_path), str(paths["s1"]), str(paths["fb"]))
     evaluate.component(str(job_path), "tenant-a", "run", str(paths["ma"]))
     evaluate.component(str(job_path), "tenant-b", "run", str(paths["mb"]))
     export_and_register.component(

@@ -20,7 +20,7 @@ from fedtune.core.registry import BUILTIN
 from fedtune.engines import layout
 from fedtune.entrypoints import client_step, common, server_init
 from fedtune.pipelines.components import COMPONENTS
-from fedtune.pipelines.run_form import JOB_SCOPE, RunForm
+from fedtune.pipelines.run_form import FAMILIES, JOB_SCOPE, RunForm
 from tests.integration.crash_helpers import fedtune_env
 from tests.kfp.conftest import two_tenant_job
 
@@ -88,7 +88,7 @@ def test_listing_and_validating_algorithm_names_imports_no_algorithm() -> None:
 
 
 def test_looking_up_a_fedit_algorithm_imports_no_other_family_nor_peft() -> None:
-    names = ["fedavg", "fedprox", "scaffold", "fedopt", "fedadam", "fedyogi", "fedadagrad"]
+    names = list(FAMILIES["fedit"])
     code = (
         "from fedtune.core.registry import get_algorithm\nimport sys\n"
         f"assert all(get_algorithm(n).__module__ == {BUILTIN!r}[n] for n in {names!r})\n"

@@ -156,6 +156,7 @@ def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
     for tenant in ("tenant-a", "tenant-b"):
         steps.client_step(steps.TenantEnv.create(env.job, tenant), 1)
     steps.aggregate_step(env, 1, ["tenant-a", "tenant-b"])
+    steps.final_broadcast_step(env)  # the provider's own task, before the evaluate tasks
     runner = PodRunner(monkeypatch)
     result = run_tenant_step(
         s3_job,

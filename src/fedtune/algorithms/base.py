@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from fedtune.aggregation import TensorSpec, WeightMode, client_weights, validate_update
+from fedtune.config.capabilities import Capabilities
 from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.training.context import ProviderContext, TenantContext, TenantData
@@ -56,15 +57,6 @@ class Algorithm(ABC, Generic[C]):
 
     #: Keys under which update tensors are validated against the broadcast.
     update_groups: ClassVar[tuple[str, ...]] = ("adapter",)
-    #: Whether each tenant keeps a model of its own in its client state (FedMKT's small
-    #: models): the final evaluate step then also runs :meth:`evaluate_kept` and
-    #: :meth:`export_kept` on the tenant's last client state, in the tenant's process.
-    tenant_keeps_model: ClassVar[bool] = False
-    #: Whether the client step may be cut at a local step boundary and continued in another
-    #: worker process (:class:`fedtune.training.local.Segment`): true where it calls
-    #: ``train_local`` once and computes nothing else before it but through
-    #: ``before_training``. The worker pool then shares a round's tenants evenly over its cores.
-    splittable_client_step: ClassVar[bool] = False
 
     def __init__(self, config: C) -> None:
         self.config = config
@@ -155,13 +147,23 @@ class Algorithm(ABC, Generic[C]):
         """Provider, after the last round: the final models as local directories."""
 
     @property
-    def tenants_load_base(self) -> bool:
-        """Whether tenants build the base model (from a tiny config or ``model.tenant_uri``).
+    def capabilities(self) -> Capabilities:
+        """What the algorithm can do, declared once by its config section (see
+        :mod:`fedtune.config.capabilities`), which the job validation reads too."""
+        return type(self.config).capabilities  # type: ignore[attr-defined, no-any-return]
 
-        Declared by the config class (``tenants_load_base``), which the job validation reads
-        too; False means tenants get every weight from the broadcast package.
-        """
-        return bool(getattr(type(self.config), "tenants_load_base", True))
+    @property
+    def tenants_load_base(self) -> bool:
+        """Whether tenants build the base model (from a tiny config or ``model.tenant_uri``);
+        False means tenants get every weight from the broadcast package."""
+        return self.capabilities.tenants_load_base
+
+    @property
+    def tenant_keeps_model(self) -> bool:
+        """Whether each tenant keeps a model of its own in its client state (FedMKT's small
+        models): the final evaluate step then also runs :meth:`evaluate_kept` and
+        :meth:`export_kept` on the tenant's last client state, in the tenant's process."""
+        return self.capabilities.tenant_keeps_model
 
     def expected_update_shapes(self, broadcast: Broadcast) -> dict[str, TensorSpec]:
         """Names, shapes and dtypes a valid update must carry (checked before aggregation)."""

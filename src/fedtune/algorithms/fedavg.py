@@ -200,4 +200,3 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
 class FedAvg(LoraFedAlgorithm[FedAvgConfig]):
     """Sample-weighted FedAvg of LoRA adapters."""
 
-    splittable_client_step = True

@@ -31,8 +31,6 @@ from fedtune.training.context import ProviderContext
 class FedOpt(LoraFedAlgorithm[FedOptConfig]):
     """FedAvg's clients with an adaptive optimizer on the server."""
 
-    splittable_client_step = True
-
     def _server_opt(self) -> ServerOptConfig:
         c = self.config
         return ServerOptConfig(kind=c.optimizer, eta=c.eta, beta1=c.beta1, beta2=c.beta2, tau=c.tau)

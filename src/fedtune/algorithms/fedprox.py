@@ -19,8 +19,6 @@ from fedtune.training.local import Regularizer, proximal_term
 class FedProx(LoraFedAlgorithm[FedProxConfig]):
     """FedAvg whose clients stay close to the global adapter."""
 
-    splittable_client_step = True
-
     def regularizer(self, global_adapter: dict[str, torch.Tensor]) -> Regularizer | None:
         # Applied even at mu = 0 (where it contributes exact zeros), so the FedProx == FedAvg
         # reference test runs the proximal code path rather than skipping it.

@@ -37,8 +37,6 @@ from fedtune.training.local import TrainResult
 class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
     """FedAvg with control variates correcting client drift."""
 
-    splittable_client_step = True
-
     update_groups = ("adapter", "control_delta")
 
     def init_state(self, ctx: ProviderContext) -> ServerState:

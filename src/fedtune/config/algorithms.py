@@ -1,7 +1,9 @@
 """Per-algorithm config sections, a discriminated union on ``name``.
 
 Each algorithm module imports its own section from here; adding an algorithm adds one class
-and one union member.
+and one union member. Each section declares what its algorithms can do, once, as its
+``capabilities`` (:mod:`fedtune.config.capabilities`); every list of algorithms elsewhere
+(secure aggregation, DP, DP-SGD, pipeline families) is derived from those.
 """
 
 from __future__ import annotations
@@ -11,18 +13,17 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 from pydantic import Field, create_model, model_validator
 
 from fedtune.config.base import StrictModel
+from fedtune.config.capabilities import Capabilities, capabilities_of, names_where
 from fedtune.config.models import TinyModelConfig
+
+_PACKAGE = "fedtune.algorithms"
+
 
 _WEIGHTS_HELP = (
     "How client updates are weighted in the server's mean: by their num_samples (capped by "
     "limits.max_samples_per_tenant / tenants[].max_samples) or equally (no tenant can "
     "dominate by its claimed sample count). "
 )
-
-
-#: Capabilities a config class declares that its tenant part carries too (the tenant side
-#: reads them: whether it builds the base, whether its update is summed securely, ...).
-_CAPABILITIES = ("tenants_load_base", "summed_update", "tenant_models", "tenants_read_public")
 
 
 class AlgorithmSection(StrictModel):
@@ -49,9 +50,8 @@ class AlgorithmSection(StrictModel):
         fields: Any = {f: (cls.model_fields[f].annotation, cls.model_fields[f]) for f in cls.tenant_fields}
         part = create_model(f"{cls.__name__}TenantPart", __base__=StrictModel, **fields)
         part.__doc__ = f"What a tenant receives of {cls.__name__}: {', '.join(cls.tenant_fields)}."
-        for flag in _CAPABILITIES:
-            if hasattr(cls, flag):
-                setattr(part, flag, getattr(cls, flag))
+        # The tenant side reads the section's capabilities through its part too.
+        part.capabilities = cls.capabilities  # type: ignore[attr-defined]
         cls.TenantPart = part
 
     def tenant_part(self) -> StrictModel:
@@ -68,10 +68,9 @@ class WeightedMeanConfig(AlgorithmSection):
     ``Delta_t = 1/|S| sum_i Delta_i``; Karimireddy et al. 2020, Algorithm 1 line 16).
     """
 
-    #: Aggregation needs only the weighted sum of the updates: secure aggregation can run it.
-    summed_update: ClassVar[bool] = True
     #: A tenant weights its securely summed update itself (``sum_weight``).
     tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights")
+
 
     aggregation_weights: Literal["samples", "uniform"] = Field(
         "samples",
@@ -93,8 +92,12 @@ class UniformMeanConfig(WeightedMeanConfig):
 class FedAvgConfig(WeightedMeanConfig):
     """FedAvg on LoRA adapters (McMahan et al. 2017; FedIT, Zhang et al. 2024)."""
 
-    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
-    tenants_load_base: ClassVar[bool] = True
+    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri);
+    #: the server folds a weighted mean of the adapters (a sum, so secure aggregation and
+    #: central DP apply).
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fedavg", family="fedit", central_dp=True, splittable_client_step=True
+    )
 
     name: Literal["fedavg"] = Field(description="Algorithm name.")
 
@@ -102,8 +105,10 @@ class FedAvgConfig(WeightedMeanConfig):
 class FedProxConfig(WeightedMeanConfig):
     """FedProx (Li et al. 2020): FedAvg plus a proximal term on the client."""
 
-    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
-    tenants_load_base: ClassVar[bool] = True
+    #: As FedAvg; the proximal term reads only the broadcast.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fedprox", family="fedit", central_dp=True, splittable_client_step=True
+    )
 
     tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights", "mu")
 
@@ -124,10 +129,11 @@ class ScaffoldConfig(UniformMeanConfig):
     ``allow_non_sgd_optimizer`` is set.
     """
 
-    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
-    tenants_load_base: ClassVar[bool] = True
     #: Line 17 needs only the sums of y_i and of c_i+ - c_i: secure aggregation can run it.
-    summed_update: ClassVar[bool] = True
+    #: Central DP is refused: clipping the adapter delta leaves the control variates unbounded.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.scaffold", family="fedit", splittable_client_step=True
+    )
 
     name: Literal["scaffold"] = Field(description="Algorithm name.")
     global_lr: float = Field(
@@ -149,8 +155,10 @@ class FedOptConfig(UniformMeanConfig):
     sweeps rather than Flower's (eta=0.1, tau=1e-3 makes first steps several times the delta).
     """
 
-    #: Tenants train LoRA on the base model (a tenant-readable copy, see model.tenant_uri).
-    tenants_load_base: ClassVar[bool] = True
+    #: As FedAvg on the client; the server optimizer reads only the mean delta.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fedopt", family="fedit", central_dp=True, splittable_client_step=True
+    )
 
     name: Literal["fedopt", "fedadagrad", "fedadam", "fedyogi"] = Field(
         description="fedadagrad / fedadam / fedyogi, or fedopt with an explicit server_optimizer."
@@ -224,7 +232,9 @@ class OffsiteFamilyConfig(WeightedMeanConfig):
     """
 
     #: Tenants never get the full model: only the emulator package in the broadcast.
-    tenants_load_base: ClassVar[bool] = False
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fedbiot.algorithm", family="fedbiot", tenants_load_base=False
+    )
     #: What a tenant's client step and AdapEmu evaluation read; the split, the alignment and
     #: the delta encoding are the provider's.
     tenant_fields: ClassVar[tuple[str, ...]] = (
@@ -434,7 +444,7 @@ class FedPTConfig(WeightedMeanConfig):
     """
 
     #: Tenants train LoRA on the small model (a tenant-readable copy, see model.tenant_uri).
-    tenants_load_base: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(module=f"{_PACKAGE}.fedpt.algorithm", family="fedpt")
     #: Tenants run FedAvg's client step: the large model and every distillation setting
     #: stay with the provider.
     tenant_fields: ClassVar[tuple[str, ...]] = ("name", "aggregation_weights")
@@ -505,7 +515,12 @@ class FewFedPITConfig(WeightedMeanConfig):
     """
 
     #: Tenants fine-tune LoRA on the base model, as in FedIT.
-    tenants_load_base: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fewfedpit.algorithm",
+        family="fewfedpit",
+        dp_sgd_refused="its synthetic data is generated from the tenant's private examples "
+        "directly (prompts), which DP-SGD does not cover",
+    )
     #: Algorithm 1 runs on the tenant: every setting of the section is the tenant's.
     tenant_fields: ClassVar[tuple[str, ...]] = (
         "name", "aggregation_weights", "beta", "candidates", "keep", "instruction_demos",
@@ -584,12 +599,22 @@ class FedMKTConfig(AlgorithmSection):
     per phase).
     """
 
-    #: Tenants never build the provider's model; each builds its own (tenants[].model).
-    tenants_load_base: ClassVar[bool] = False
-    #: Every tenant entry names its own small model.
-    tenant_models: ClassVar[bool] = True
-    #: The public set is shared by all parties (tenants compute knowledge on it).
-    tenants_read_public: ClassVar[bool] = True
+    #: Tenants never build the provider's model; each builds, keeps and exports its own
+    #: (tenants[].model), and computes knowledge on the public set all parties share. Its
+    #: knowledge is no sum (no secure aggregation), and its final broadcast carries no model a
+    #: tenant could run, so there is nothing for the memorization audit to generate with.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        module=f"{_PACKAGE}.fedmkt.algorithm",
+        family="fedmkt",
+        tenants_load_base=False,
+        summed_update=False,
+        dp_sgd_refused="its tenants also distil their own small model on public data with a "
+        "separate optimizer and release knowledge from it, outside the DP-SGD loop",
+        tenant_models=True,
+        tenants_read_public=True,
+        tenant_keeps_model=True,
+        audit=False,
+    )
     #: The tenant's distillation and scoring; llm_frozen is the provider's.
     tenant_fields: ClassVar[tuple[str, ...]] = (
         "name", "ce_weight", "top_k", "public_size", "kd_epochs", "kd_batch_size", "kd_lr",
@@ -672,19 +697,12 @@ def tenants_load_base(name: str) -> bool:
     Raises:
         KeyError: No config section has that algorithm name.
     """
-    for section in get_args(get_args(AlgorithmConfig)[0]):
-        if name in get_args(section.model_fields["name"].annotation):
-            return bool(section.tenants_load_base)
-    raise KeyError(name)
+    return capabilities_of(name).tenants_load_base
 
 
 def summed_update_algorithms() -> list[str]:
     """Algorithm names whose aggregation needs only the sum of the updates (secure aggregation)."""
-    names: list[str] = []
-    for section in get_args(get_args(AlgorithmConfig)[0]):
-        if getattr(section, "summed_update", False):
-            names += list(get_args(section.model_fields["name"].annotation))
-    return sorted(names)
+    return sorted(names_where("summed_update"))
 
 
 def algorithm_sections() -> tuple[type[AlgorithmSection], ...]:

@@ -24,20 +24,6 @@ from pydantic import Field
 
 from fedtune.config.base import StrictModel
 
-#: Algorithms whose client step trains on the tenant's data in one ``train_local`` call and
-#: releases nothing else computed from that data but scalars (post-processing of DP-SGD).
-DP_SGD_ALGORITHMS = (
-    "fedavg", "fedprox", "fedopt", "fedadagrad", "fedadam", "fedyogi", "scaffold",
-    "fedbiot", "fedot", "offsite-tuning", "fedpt", "fedavg-pt",
-)
-#: Why the rest cannot carry the guarantee (named in the refusal).
-DP_SGD_REFUSED = {
-    "fedmkt": "its tenants also distil their own small model on public data with a separate "
-    "optimizer and release knowledge from it, outside the DP-SGD loop",
-    "fewfedpit": "its synthetic data is generated from the tenant's private examples directly "
-    "(prompts), which DP-SGD does not cover",
-}
-
 
 class DpSgdConfig(StrictModel):
     """One tenant's example-level DP-SGD: per-example clipping + Gaussian noise (Opacus)."""
@@ -69,11 +55,17 @@ class DpSgdConfig(StrictModel):
 
 
 def dp_sgd_problem(algorithm: str) -> str | None:
-    """Why ``algorithm`` cannot run a tenant's DP-SGD, or None when it can."""
-    if algorithm in DP_SGD_ALGORITHMS:
+    """Why ``algorithm`` cannot run a tenant's DP-SGD, or None when it can (its declared
+    capabilities: ``dp_sgd_refused``)."""
+    from fedtune.config.capabilities import capabilities_of, dp_sgd_algorithms
+
+    try:
+        why = capabilities_of(algorithm).dp_sgd_refused
+    except KeyError:
+        why = "its client step does not train through the shared loop"
+    if why is None:
         return None
-    why = DP_SGD_REFUSED.get(algorithm, "its client step does not train through the shared loop")
     return (
         f"algorithm {algorithm!r} cannot apply a tenant's dp_sgd: {why}; use one of "
-        f"{list(DP_SGD_ALGORITHMS)}, or remove tenants[].dp_sgd"
+        f"{dp_sgd_algorithms()}, or remove tenants[].dp_sgd"
     )

@@ -594,6 +594,7 @@ class JobConfig(StrictModel):
                 "and exports live there, never in the exchange)"
             )
         self._check_tenant_base()
+        self._check_audit()
         unknown = sorted(set(self.audit.tenants or []) - set(names))
         if unknown:
             raise ValueError(
@@ -638,7 +639,7 @@ class JobConfig(StrictModel):
         sa = self.secure_aggregation
         if not sa.enabled:
             return
-        if not getattr(self.algorithm, "summed_update", False):
+        if not type(self.algorithm).capabilities.summed_update:
             raise ValueError(
                 f"secure_aggregation is enabled for algorithm {self.algorithm.name!r}, whose "
                 f"aggregation needs more than the sum of the updates; use one of "
@@ -657,6 +658,16 @@ class JobConfig(StrictModel):
                 "clients_per_round"
             )
 
+    def _check_audit(self) -> None:
+        """The memorization audit only for algorithms whose tenants can run the final model."""
+        if self.audit.enabled and not type(self.algorithm).capabilities.audit:
+            raise ValueError(
+                f"audit.enabled is set, but algorithm {self.algorithm.name!r} cannot be "
+                "audited: its final broadcast carries no model a tenant can run (tenants keep "
+                "their own models); set audit.enabled: false, or audit with an algorithm that "
+                "can be (e.g. fedavg)"
+            )
+
     def _check_scaffold_optimizer(self) -> None:
         algorithm = self.algorithm
         if algorithm.name != "scaffold" or self.training.optimizer == "sgd":
@@ -671,7 +682,7 @@ class JobConfig(StrictModel):
 
     def _check_tenant_models(self) -> None:
         """Per-tenant models belong to algorithms that give every tenant its own (fedmkt)."""
-        own = bool(getattr(type(self.algorithm), "tenant_models", False))
+        own = type(self.algorithm).capabilities.tenant_models
         for tenant in self.tenants:
             carries = tenant.model is not None or tenant.tokenizer is not None
             if carries and not own:
@@ -708,7 +719,7 @@ class JobConfig(StrictModel):
 
     def _check_tenant_base(self) -> None:
         """Tenants read base weights only where the job names a tenant-readable copy."""
-        loads_base = type(self.algorithm).tenants_load_base
+        loads_base = type(self.algorithm).capabilities.tenants_load_base
         if not isinstance(self.model, PretrainedModelConfig):
             return
         if loads_base and not self.model.tenant_uri:

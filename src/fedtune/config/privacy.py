@@ -23,10 +23,6 @@ from pydantic import Field, model_validator
 
 from fedtune.config.base import StrictModel
 
-#: Algorithms whose update is a mean of adapter tensors the provider folds in one call, so
-#: clipping each tenant's adapter delta bounds its influence on the whole round.
-DP_ALGORITHMS = ("fedavg", "fedprox", "fedopt", "fedadagrad", "fedadam", "fedyogi")
-
 
 class AdaptiveClipping(StrictModel):
     """Andrew et al. 2021, "Differentially Private Learning with Adaptive Clipping", Alg. 1:
@@ -106,11 +102,16 @@ class DifferentialPrivacyConfig(StrictModel):
         self, algorithm: str, weights: str | None, secure_aggregation: bool, sampled: int
     ) -> list[str]:
         """What the rest of the job rules out (every problem, each with its fix)."""
+        from fedtune.config.capabilities import names_where
+
         problems = []
-        if algorithm not in DP_ALGORITHMS:
+        # Algorithms whose update is a mean of adapter tensors the provider folds in one call,
+        # so clipping each tenant's adapter delta bounds its influence on the whole round.
+        supported = names_where("central_dp")
+        if algorithm not in supported:
             problems.append(
                 f"differential_privacy is set for algorithm {algorithm!r}, whose update is not a "
-                f"mean of adapter deltas; use one of {list(DP_ALGORITHMS)} or remove "
+                f"mean of adapter deltas; use one of {supported} or remove "
                 "differential_privacy"
             )
         if weights not in (None, "uniform"):

@@ -135,7 +135,7 @@ def tenant_view(job: JobConfig, tenant: str, *, exchange_uri: str | None = None)
         )
     section = type(job.algorithm)
     base: TinyModelConfig | str | None = None
-    if section.tenants_load_base:
+    if section.capabilities.tenants_load_base:
         model = job.model
         base = model.tenant_uri if isinstance(model, PretrainedModelConfig) else model
     audited = tenant in job.audited_tenants
@@ -150,7 +150,7 @@ def tenant_view(job: JobConfig, tenant: str, *, exchange_uri: str | None = None)
         algorithm=job.algorithm.tenant_part(),
         base_model=base,
         tokenizer=job.tokenizer if base is not None else "auto",
-        public_data_uri=job.public_data_uri if getattr(section, "tenants_read_public", False) else None,
+        public_data_uri=job.public_data_uri if section.capabilities.tenants_read_public else None,
         exchange_uri=exchange_uri,
         # The tenant's own store: its store_uri, else its folder under the work directory
         # (local runs), resolved where the tenant runs, as before.

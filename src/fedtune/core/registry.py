@@ -2,8 +2,9 @@
 
 Importing every algorithm costs seconds (FedBiOT, FedMKT and FedPT pull in their model code),
 and each KFP task is a fresh process that uses one algorithm, so the built-in names map to the
-module that registers them (:data:`BUILTIN`) and :func:`get_algorithm` imports that module
-alone. Listing and validating names needs no import at all. A test checks the table against
+module that registers them (:data:`BUILTIN`, from each algorithm's declared capabilities,
+which need pydantic only) and :func:`get_algorithm` imports that module alone. Listing and
+validating names imports no algorithm. A test checks the table against
 the ``@register`` decorators in the source and against what importing each module registers.
 """
 
@@ -13,6 +14,7 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from fedtune.config.capabilities import table
 from fedtune.core.errors import RegistryError
 
 if TYPE_CHECKING:
@@ -22,24 +24,9 @@ A = TypeVar("A", bound="type[Algorithm[Any]]")
 
 _ALGORITHMS: dict[str, type[Algorithm[Any]]] = {}
 
-_PACKAGE: Final = "fedtune.algorithms"
-BUILTIN: Final[dict[str, str]] = {
-    "fedavg": f"{_PACKAGE}.fedavg",
-    "fedprox": f"{_PACKAGE}.fedprox",
-    "scaffold": f"{_PACKAGE}.scaffold",
-    "fedopt": f"{_PACKAGE}.fedopt",
-    "fedadagrad": f"{_PACKAGE}.fedopt",
-    "fedadam": f"{_PACKAGE}.fedopt",
-    "fedyogi": f"{_PACKAGE}.fedopt",
-    "fedbiot": f"{_PACKAGE}.fedbiot.algorithm",
-    "fedot": f"{_PACKAGE}.fedbiot.algorithm",
-    "offsite-tuning": f"{_PACKAGE}.fedbiot.algorithm",
-    "fedmkt": f"{_PACKAGE}.fedmkt.algorithm",
-    "fedpt": f"{_PACKAGE}.fedpt.algorithm",
-    "fedavg-pt": f"{_PACKAGE}.fedpt.algorithm",
-    "fewfedpit": f"{_PACKAGE}.fewfedpit.algorithm",
-}
-"""Every built-in algorithm name and the module whose ``@register`` defines it."""
+BUILTIN: Final[dict[str, str]] = {name: caps.module for name, caps in table().items()}
+"""Every built-in algorithm name and the module whose ``@register`` defines it, from each
+algorithm's declared capabilities (:mod:`fedtune.config.capabilities`)."""
 
 
 def register(*names: str) -> Callable[[A], A]:

@@ -27,7 +27,13 @@ from typing import Any, ClassVar, Protocol
 
 from fedtune.config.job import JobConfig
 from fedtune.config.tenant_view import tenant_view
-from fedtune.core.errors import ConfigError, FedtuneError, TenantFailure, TenantStepFailed
+from fedtune.core.errors import (
+    ConfigError,
+    FedtuneError,
+    StoreError,
+    TenantFailure,
+    TenantStepFailed,
+)
 from fedtune.core.messages import Update
 from fedtune.engines import acceptance, layout, steps
 from fedtune.engines.launcher_manifest import (
@@ -362,9 +368,15 @@ def run_tenant_step(
     config = next((t for t in job.tenants if t.name == tenant), None)
     if config is None:
         raise ConfigError(f"no tenant named {tenant!r} in job {job.name!r}")
-    if kind in _FINAL_RESULTS:
-        # The provider's half of evaluation and audit: what tenants may see of the final model.
-        steps.publish_final_step(steps.ProviderEnv.create(job), tenant)
+    if kind in _FINAL_RESULTS and not steps.final_broadcast_published(job, tenant):
+        # Published once by the provider's own final-broadcast step: a tenant step only reads.
+        raise StoreError(
+            f"the final broadcast of job {job.name!r} is not in tenant {tenant!r}'s exchange "
+            f"prefix, so its {kind} step has nothing to read",
+            fix="Run the provider's final-broadcast step first (`python -m "
+            "fedtune.entrypoints.final_broadcast --job JOB.yaml`; pipelines run it before the "
+            "evaluate tasks).",
+        )
     if not (force_cluster or in_cluster()):
         return _run_in_process(job, kind, round_index, tenant)
     stores = layout.JobStores(job)

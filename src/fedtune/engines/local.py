@@ -287,8 +287,7 @@ def _finish(
 ) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export, log and register it, then audit it."""
     names = [t.name for t in env.job.tenants]
-    for name in names:
-        steps.publish_final_step(env, name)
+    steps.final_broadcast_step(env)
     evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
     # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
     final_eval = {n: check_eval_metrics(n, evaluated[n]["metrics"]) for n in names}

@@ -402,6 +402,21 @@ def publish_final_step(env: ProviderEnv, tenant: str) -> dict[str, Any]:
     return {"bytes": _publish(env, record, tenant, layout.final_tenant_broadcast_key(rounds))}
 
 
+def final_broadcast_step(env: ProviderEnv) -> dict[str, Any]:
+    """Provider, once after the last round: the final broadcast into every tenant's prefix,
+    before any tenant's evaluate step starts (which then only reads it)."""
+    started = time.perf_counter()
+    sizes = {t.name: publish_final_step(env, t.name)["bytes"] for t in env.job.tenants}
+    return {"seconds": time.perf_counter() - started, "tenants": sorted(sizes),
+            "bytes": next(iter(sizes.values()), 0)}
+
+
+def final_broadcast_published(job: JobConfig, tenant: str) -> bool:
+    """Whether the final broadcast is in ``tenant``'s exchange prefix."""
+    exchange = layout.JobStores(job).exchange(tenant)
+    return Broadcast.stored(exchange, layout.final_tenant_broadcast_key(job.rounds))
+
+
 def evaluate_step(env: TenantEnv) -> dict[str, float]:
     """Tenant: metrics of the final model on its held-out split, from the final broadcast,
     and, where the algorithm says tenants keep a model of their own, that model's metrics and

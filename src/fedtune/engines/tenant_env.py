@@ -105,10 +105,15 @@ class TenantEnv:
 
 
 class TenantEnvs:
-    """Every tenant's env of one job in one process (the local engine's simulated tenants).
+    """The env of whichever tenant one process serves now (the local engine's simulated
+    tenants, in the engine itself or in a worker).
 
-    The provider builds each tenant's view; an env holds only its own. They share one cache
-    of the tenant-readable base model, as tenants downloading the same public copy would.
+    The provider builds each tenant's view; an env holds only its own. One tenant at a time:
+    looking up another tenant drops the previous tenant's env (its data, its encodings, its
+    context) and has the shared things wipe what that tenant left in them
+    (:meth:`SharedBase.serve`). What is shared across tenants is only what every tenant may
+    read anyway: the tenant-readable frozen base model, its tokenizer, its LoRA wrapper reset
+    to the seeded initial adapter, and a public set the algorithm shares with tenants.
     """
 
     def __init__(self, source: JobConfig | Mapping[str, TenantJob]) -> None:
@@ -117,7 +122,7 @@ class TenantEnvs:
         else:
             self.views = dict(source)
         self._shared = SharedBase()
-        self._envs: dict[str, TenantEnv] = {}
+        self._env: TenantEnv | None = None
         self._progress: ProgressHook | None = None
 
     @property
@@ -126,22 +131,30 @@ class TenantEnvs:
         return list(self.views)
 
     def __getitem__(self, name: str) -> TenantEnv:
-        if name not in self._envs:
+        if self._env is None or self._env.tenant.name != name:
             if name not in self.views:
                 raise ConfigError(
                     f"no tenant named {name!r} in this job",
                     fix=f"Use one of {sorted(self.views)}.",
                 )
-            self._envs[name] = TenantEnv.create(self.views[name], shared=self._shared)
+            self._env = None  # the previous tenant's env goes before the next one's is built
+            self._shared.serve(name)
+            self._env = TenantEnv.create(self.views[name], shared=self._shared)
             if self._progress is not None:
-                self._envs[name].ctx.progress = self._progress
-        return self._envs[name]
+                self._env.ctx.progress = self._progress
+        return self._env
+
+    def release(self) -> None:
+        """Keep nothing of the tenant served last (a step ended): drop its env, wipe the
+        shared things. The next lookup builds its env anew; results do not change."""
+        self._env = None
+        self._shared.serve(None)
 
     def show_progress(self, hook: ProgressHook) -> None:
         """Show long work inside every tenant's step with ``hook`` (the engine's bars)."""
         self._progress = hook
-        for env in self._envs.values():
-            env.ctx.progress = hook
+        if self._env is not None:
+            self._env.ctx.progress = hook
 
 
 def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:

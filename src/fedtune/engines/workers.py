@@ -4,9 +4,12 @@ The local engine hands a round's client steps (and the final evaluations) to a p
 worker processes. They are not forked from the engine, whose CUDA and OpenMP state would not
 survive that: a fork server (a fresh process that imported torch, transformers and PEFT once
 and runs no tensor work) forks them, so each starts in milliseconds instead of importing the
-libraries again; where there is no fork server, they are spawned. Each worker keeps its
-:class:`~fedtune.engines.steps.TenantEnvs` for the whole job, so the tokenizer, the
-tenant-readable base model and its PEFT wrapper stay warm across rounds and tenants. Workers
+libraries again; where there is no fork server, they are spawned. A worker serves one
+tenant's step at a time and keeps nothing of one tenant for the next
+(:class:`~fedtune.engines.steps.TenantEnvs`): that tenant's data, encodings and context go,
+and the LoRA weights it trained are reset. What stays warm across rounds and tenants is what
+every tenant may read: the tokenizer, the frozen tenant-readable base model and its PEFT
+wrapper (a tenant's own model, FedMKT's, is that tenant's and is dropped). Workers
 run the very step functions of the sequential engine against the same stores, every seed is
 derived as there, and the provider aggregates in sorted tenant order: a run with N workers is
 bitwise equal to a run with one. Where the algorithm allows it, a round's client steps are
@@ -226,6 +229,9 @@ def _worker_main(
             first.ctx.base_model()
     except Exception:  # noqa: BLE001 - the CLI starts workers before its checks: they report
         log.debug("worker warm-up failed; the first task meets the error again", exc_info=True)
+    finally:
+        first = None  # the warm-up kept the shared base, nothing of its tenant
+        tenants.release()
     while True:
         message = conn.recv_bytes()
         if not message:
@@ -259,6 +265,9 @@ def run_task(tenants: Any, task: Task) -> Outcome:
         log.error("%s step of tenant %s failed: %s; details: %s", task.kind, task.tenant,
                   failure, where)
         return Outcome(task, None, f"{task.kind} step failed: {failure}")
+    finally:
+        del env  # so that release() leaves no reference to this tenant's env here
+        tenants.release()  # the next task, of whichever tenant, finds nothing of this one
 
 
 class InProcessRunner:
@@ -392,13 +401,11 @@ def share_steps(tasks: Sequence[Task], workers: int, steps: int | None) -> list[
 
 def _split_steps(job: JobConfig) -> int | None:
     """The local steps of the job's client step where the pool may cut it, else None."""
-    from fedtune.core.registry import get_algorithm
-
     if job.secure_aggregation.enabled or job.training.local_steps is None:
         return None
     if any(t.dp_sgd is not None for t in job.tenants):  # DP-SGD's batches and noise run whole
         return None
-    if not get_algorithm(job.algorithm.name).splittable_client_step:
+    if not type(job.algorithm).capabilities.splittable_client_step:
         return None
     return job.training.local_steps
 

@@ -6,7 +6,8 @@ job from the run form and lists the rounds still to train; a ``ParallelFor`` ove
 with ``parallelism=1`` runs one nested ``fedtune-round`` pipeline per round
 (``configure-round`` samples the round's tenants at run time -> ``client-step`` in a
 ``ParallelFor`` over them -> ``aggregate``); ``close-rounds`` checks and tabulates the rounds;
-when the job is complete, ``evaluate`` per tenant and ``export-and-register``, then, when the
+when the job is complete, ``final-broadcast`` (the provider publishes what tenants may see
+of the final model, once), ``evaluate`` per tenant and ``export-and-register``, then, when the
 job enables it, ``audit`` per audited tenant (through the launcher, like ``evaluate``) and
 ``record-audit``. State flows through the job's stores, never through task outputs, so each
 round task finds its predecessor's state there. Every task writes to stores, so caching is
@@ -27,7 +28,8 @@ credentials Secret, endpoints); without them it is the plain spec ``kfp-local`` 
 Provider resources: the job's ``provider:`` section (cpu, memory, gpu, node selector,
 tolerations, image) is compiled into the :data:`HEAVY_STEPS` -- ``server-init`` (builds the
 model and the initial state: FedBiOT's emulator compression, FedPT's and FedMKT's models),
-``aggregate`` (aggregation, FedBiOT's emulator alignment, FedPT's and FedMKT's distillation)
+``aggregate`` (aggregation, FedBiOT's emulator alignment, FedPT's and FedMKT's distillation),
+``final-broadcast`` (builds the final broadcast with the provider's model: FedBiOT's emulator)
 and ``export-and-register`` (loads, merges and writes the final models). The other tasks stay
 small: ``configure-round``, ``close-rounds`` and ``record-audit`` move stored state and
 records, and the tenant launchers only talk to the Kubernetes API (the tenants' own work runs
@@ -69,7 +71,7 @@ from fedtune.pipelines.images import (
 )
 from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
-HEAVY_STEPS = ("server-init", "aggregate", "export-and-register")
+HEAVY_STEPS = ("server-init", "aggregate", "final-broadcast", "export-and-register")
 """The provider tasks that get the job's ``provider:`` resources and image (see above); the
 secure-aggregation variant's ``secure-aggregate`` too."""
 
@@ -374,10 +376,13 @@ def build_pipeline(
         )
         _provider(closed, "close rounds", settings)
         with dsl.If(closed.outputs["Output"] == True, "job complete"):  # noqa: E712
+            # Provider work, once: the evaluate tasks only read what it published.
+            final = c.final_broadcast(job=job_artifact, state=closed.outputs["state"])
+            _heavy(_provider(final, "final broadcast", settings), provider, settings)
             with dsl.ParallelFor(closed.outputs["tenants"]) as tenant:
                 scored = c.evaluate(
                     job=job_artifact,
-                    state=closed.outputs["state"],
+                    state=final.outputs["broadcast"],
                     tenant=tenant,
                     run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 )

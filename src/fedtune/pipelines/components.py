@@ -1,4 +1,4 @@
-"""The nine KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
+"""The ten KFP components: thin typed specs whose bodies call ``fedtune.entrypoints``.
 
 Each takes the one job artifact written by ``server-init`` (never loose hyperparameters) and
 passes small JSON markers as artifacts: artifacts, unlike parameters, resolve correctly inside
@@ -176,6 +176,24 @@ def close_rounds(
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
+def final_broadcast(
+    job: Input[Artifact],
+    state: Input[Artifact],
+    broadcast: Output[Artifact],
+) -> None:
+    """Provider: publish the final broadcast to every tenant, once, before their evaluate tasks.
+
+    Args:
+        job: The validated job from server-init.
+        state: Marker of the final server state (orders the task).
+        broadcast: Marker of the published final broadcast (orders the evaluate tasks).
+    """
+    from fedtune.entrypoints.final_broadcast import component
+
+    component(job.path, state.path, broadcast.path)
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
 def evaluate(
     job: Input[Artifact],
     state: Input[Artifact],
@@ -183,11 +201,12 @@ def evaluate(
     run_key: str,
     metrics: Output[Metrics],
 ) -> None:
-    """Tenant: metrics of the final model on its held-out split (launched like client-step).
+    """Tenant: metrics of the final model on its held-out split (launched like client-step);
+    it only reads the final broadcast that final-broadcast published.
 
     Args:
         job: The validated job from server-init.
-        state: Marker of the final server state (orders the tasks).
+        state: Marker of the published final broadcast (orders the tasks).
         tenant: The tenant's name.
         run_key: The pipeline run's id: names the tenant Job, so a retry re-attaches to it.
         metrics: The tenant's final metrics.
@@ -275,6 +294,7 @@ COMPONENTS = {
     "client_step": client_step,
     "aggregate": aggregate,
     "close_rounds": close_rounds,
+    "final_broadcast": final_broadcast,
     "evaluate": evaluate,
     "export_and_register": export_and_register,
     "audit": audit,

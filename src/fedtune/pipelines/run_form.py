@@ -30,20 +30,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from fedtune.config.capabilities import families
 from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.core.errors import ConfigError, StoreError
 
 JOB_SCOPE = "job"
 """``resume_run_id`` value that keeps state under the job's name (the local engines' layout)."""
 
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "fedit": ("fedavg", "fedprox", "scaffold", "fedopt", "fedadam", "fedyogi", "fedadagrad"),
-    "fedbiot": ("fedbiot", "fedot", "offsite-tuning"),
-    "fedpt": ("fedpt", "fedavg-pt"),
-    "fedmkt": ("fedmkt",),
-    "fewfedpit": ("fewfedpit",),
-}
-"""Which algorithms each family's compiled pipeline runs (one pipeline per family)."""
+FAMILIES: dict[str, tuple[str, ...]] = families()
+"""Which algorithms each family's compiled pipeline runs (one pipeline per family), from each
+algorithm's declared ``capabilities.family``."""
 
 PROVIDER_ENV = "FEDTUNE_PIPELINE_PROVIDER"
 """Variable of the compiled ``server-init`` task: the ``provider:`` section the pipeline was

@@ -42,6 +42,7 @@ from fedtune.config.job import (
 from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.data.formats import Example
 from fedtune.training.progress import ProgressHook, logged_progress
+from fedtune.training.shared import SharedBase
 
 if TYPE_CHECKING:
     import torch
@@ -455,17 +456,6 @@ class TenantBase:
         return cls(model=view.base_model, tokenizer_spec=view.tokenizer)
 
 
-class SharedBase:
-    """A tenant-readable base model cached once per process for simulated tenants.
-
-    In the local engine several tenants run in one process; the base they may all read (a
-    tiny config or ``model.tenant_uri``) is loaded once and shared, like a public download.
-    """
-
-    def __init__(self) -> None:
-        self.cache: dict[str, Any] = {}
-
-
 @dataclass
 class TenantContext(_Encoding):
     """A tenant's phases: the broadcast's package, the tenant's data, its own store.
@@ -538,7 +528,7 @@ class TenantContext(_Encoding):
 
     def _cache(self) -> dict[str, Any]:
         key = repr(self.base)
-        cache: dict[str, Any] = self.shared.cache.setdefault(key, {})
+        cache: dict[str, Any] = self.shared.cache.setdefault(key, {"owner": self.base.owner})
         return cache
 
     def _load(self) -> tuple[PreTrainedModel, Any]:

@@ -70,8 +70,6 @@ _DTYPES = {
 class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     """Mutual knowledge transfer between the provider's LLM and tenants' own small models."""
 
-    tenant_keeps_model = True
-
     # -- shared -------------------------------------------------------------------------------
     def _public(self, examples: list[Example]) -> list[Example]:
         """The transfer rows: all but the LLM's held-out tail, then the first ``public_size``."""
