@@ -20,8 +20,6 @@ OVER_LIMIT: dict[str, str] = {
     "into each algorithm's package (issue 28 item 2)",
     "src/fedtune/training/context.py": "both runtime contexts and the model/tokenizer builders "
     "they share; splits with the provider/tenant packages (issue 28 item 3)",
-    "src/fedtune/engines/steps.py": "provider and tenant steps side by side; splits into a "
-    "provider and a tenant module (issue 28 item 3)",
     "src/fedtune/engines/workers.py": "the worker pool and its process protocol; being reworked "
     "for per-tenant isolation (issue 28 item 4)",
     "src/fedtune/engines/launcher.py": "the tenant Job's whole lifecycle (create, wait, "

@@ -91,9 +91,9 @@ def test_runs_pair_by_seed_not_by_order() -> None:
 
 def test_every_claim_names_methods_that_exist() -> None:
     """claims.py holds claims of registered algorithms (or their variants) and baselines only."""
+    from fedtune.algorithms.registry import algorithm_names
     from fedtune.benchmarks.methods import parse_method
     from fedtune.benchmarks.quality import BASELINES, EXTRA_BASELINES
-    from fedtune.core.registry import algorithm_names
 
     known = set(algorithm_names()) | set(BASELINES) | set(EXTRA_BASELINES)
     for claim in PAPER_CLAIMS:

@@ -27,8 +27,6 @@ from admission_cases import (
     launcher_manifest,
     misused,
     pod_of,
-)
-from admission_cases import (
     tenants_file as write_tenants_file,
 )
 from admission_cel import CppPolicy, Policy, PythonPolicy

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import JobConfig
 from fedtune.core.messages import ServerState
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker

@@ -23,8 +23,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import JobConfig, parse_job
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.layers import unique_state
@@ -370,7 +370,7 @@ def test_fedpt_fedmkt_and_fewfedpit_runs_leak_nothing_across_the_boundary(
             assert not leaked, f"{other} can read {tenant}'s update in {readable[leaked.pop()]}"
     if algorithm == "fedpt":
         # The provider's large model: no tenant can read any of its weights.
-        from fedtune.core.registry import get_algorithm
+        from fedtune.algorithms.registry import get_algorithm
 
         ctx = ProviderContext.from_job(job)
         large = get_algorithm("fedpt")(job.algorithm).large(ctx).local_model

@@ -215,7 +215,7 @@ def test_partition_fewshot_options_rejected_for_other_strategies(
 
 
 def test_algorithms_lists_every_registered_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
-    from fedtune.core.registry import algorithm_names
+    from fedtune.algorithms.registry import algorithm_names
 
     assert main(["algorithms"]) == 0
     printed = capsys.readouterr().out

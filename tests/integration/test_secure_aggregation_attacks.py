@@ -17,8 +17,7 @@ from fedtune.core.errors import SecureAggregationError
 from fedtune.core.messages import Update
 from fedtune.engines import layout, secagg_provider, secagg_steps
 from fedtune.engines.local import RunOptions, run_job
-from fedtune.secagg import identity, prg, shamir
-from fedtune.secagg import protocol as p
+from fedtune.secagg import identity, prg, protocol as p, shamir
 from fedtune.tracking.base import NullTracker
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_fedit_reference import final_adapter

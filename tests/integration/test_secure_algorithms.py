@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fedtune.algorithms.base import SecureSum
+from fedtune.algorithms.registry import get_algorithm
 from fedtune.config import JobConfig
 from fedtune.core.messages import ServerState
-from fedtune.core.registry import get_algorithm
 from fedtune.engines import layout, secagg_steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker

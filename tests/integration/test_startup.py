@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedtune.algorithms.registry import algorithm_names, get_algorithm
 from fedtune.core.catalog import algorithm_catalog
-from fedtune.core.registry import algorithm_names, get_algorithm
 from tests.integration.conftest import tiny_job_dict
 from tests.integration.crash_helpers import fedtune_env, run
 

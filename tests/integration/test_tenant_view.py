@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import parse_job
 from fedtune.config.algorithms import algorithm_sections
 from fedtune.config.job import JobConfig
 from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import ConfigError
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher_manifest import TenantDeployment, build_job_manifest
 from fedtune.entrypoints.tenant_io import step_objects

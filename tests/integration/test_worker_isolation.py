@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import JobConfig
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import steps
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 

@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedtune.core import registry
+from fedtune.algorithms import registry
+from fedtune.algorithms.registry import BUILTIN
 from fedtune.core.catalog import algorithm_catalog
-from fedtune.core.registry import BUILTIN
 from fedtune.engines import layout
 from fedtune.entrypoints import client_step, common, server_init
 from fedtune.pipelines.components import COMPONENTS
@@ -76,7 +76,7 @@ def test_provider_steps_run_with_only_what_they_use(tmp_path: Path) -> None:
 
 def test_listing_and_validating_algorithm_names_imports_no_algorithm() -> None:
     code = (
-        "from fedtune.core.registry import algorithm_names, get_algorithm\n"
+        "from fedtune.algorithms.registry import algorithm_names, get_algorithm\n"
         "from fedtune.core.errors import RegistryError\n"
         "import sys\n"
         "assert 'fedavg' in algorithm_names() and 'fedbiot' in algorithm_names()\n"
@@ -90,7 +90,7 @@ def test_listing_and_validating_algorithm_names_imports_no_algorithm() -> None:
 def test_looking_up_a_fedit_algorithm_imports_no_other_family_nor_peft() -> None:
     names = list(FAMILIES["fedit"])
     code = (
-        "from fedtune.core.registry import get_algorithm\nimport sys\n"
+        "from fedtune.algorithms.registry import get_algorithm\nimport sys\n"
         f"assert all(get_algorithm(n).__module__ == {BUILTIN!r}[n] for n in {names!r})\n"
         "others = [m for m in sys.modules if m.startswith('fedtune.algorithms.') "
         f"and m not in {FEDIT_FAMILY!r} + ('fedtune.algorithms.base',)]\n"

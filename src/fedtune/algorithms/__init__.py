@@ -1,6 +1,6 @@
 """Built-in algorithms, one module (or package) each.
 
-Importing this package imports none of them: :func:`fedtune.core.registry.get_algorithm`
+Importing this package imports none of them: :func:`fedtune.algorithms.registry.get_algorithm`
 imports the one a job names, so a process pays only for the algorithm it runs.
 ``Algorithm`` and ``Artifact`` are re-exported from :mod:`fedtune.algorithms.base` on first use.
 """

@@ -53,7 +53,7 @@ class Artifact:
 
 
 class Algorithm(ABC, Generic[C]):
-    """Four phases plus export. Subclasses register with :func:`fedtune.core.registry.register`."""
+    """Four phases plus export. Subclasses register with :func:`fedtune.algorithms.registry.register`."""
 
     #: Keys under which update tensors are validated against the broadcast.
     update_groups: ClassVar[tuple[str, ...]] = ("adapter",)

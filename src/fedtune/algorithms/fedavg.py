@@ -17,9 +17,9 @@ import torch
 
 from fedtune.aggregation import weighted_mean
 from fedtune.algorithms.base import Algorithm, Artifact
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import FedAvgConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
-from fedtune.core.registry import register
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.training.context import ProviderContext, TenantContext, TenantData, derive_seed
 from fedtune.training.local import (

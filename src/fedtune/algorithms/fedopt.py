@@ -21,9 +21,9 @@ from fedtune.aggregation import (
     weighted_mean,
 )
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import FedOptConfig
 from fedtune.core.messages import ServerState, Update, prefixed
-from fedtune.core.registry import register
 from fedtune.training.context import ProviderContext
 
 

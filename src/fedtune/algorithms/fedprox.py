@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import FedProxConfig
-from fedtune.core.registry import register
 from fedtune.training.local import Regularizer, proximal_term
 
 

@@ -26,9 +26,9 @@ from fedtune.aggregation import (
 )
 from fedtune.algorithms.base import SecureSum
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import ScaffoldConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
-from fedtune.core.registry import register
 from fedtune.training.context import ProviderContext, TenantContext
 from fedtune.training.local import TrainResult
 

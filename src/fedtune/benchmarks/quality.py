@@ -60,6 +60,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.benchmarks.claims import evaluate_claims
 from fedtune.benchmarks.fewshot_split import FewShotSpec, ensure_fewshot_split
 from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
@@ -73,7 +74,6 @@ from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
 from fedtune.core.messages import ClientState, ServerState
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.loading import load_pretrained

@@ -28,8 +28,7 @@ import torch
 
 from fedtune.aggregation import TensorSpec, weighted_mean
 from fedtune.core.messages import Update
-from fedtune.secagg import fixedpoint, graph, identity, vector
-from fedtune.secagg import protocol as p
+from fedtune.secagg import fixedpoint, graph, identity, protocol as p, vector
 from fedtune.storage.local import LocalStore
 
 Log = Callable[[str], None]

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import torch
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.benchmarks.client_step import CLIENT_STEP_AIM, client_step_vs_bare
 from fedtune.benchmarks.engine import engine_report
 from fedtune.benchmarks.jobs import ALL_LINEAR, bench_job
@@ -38,7 +39,6 @@ from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
 from fedtune.core.messages import Broadcast, Update
-from fedtune.core.registry import algorithm_names
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker

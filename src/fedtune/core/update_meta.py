@@ -100,7 +100,8 @@ class UpdateMeta(_Closed):
     package_version: Count | None = None
     package_received: Literal["delta", "full"] | None = None
     metrics: dict[str, Finite] = Field(default_factory=dict, max_length=len(METRIC_KEYS))
-    flags: list[Flag] = Field(default_factory=list, max_length=len(TENANT_FLAGS))
+    # Flag is a Literal built from TENANT_FLAGS at import, which mypy cannot read as a type.
+    flags: list[Flag] = Field(default_factory=list, max_length=len(TENANT_FLAGS))  # type: ignore[valid-type]
     secagg: SecAggMeta | None = None
     dp: DpMeta | None = None
 

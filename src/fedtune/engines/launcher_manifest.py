@@ -340,7 +340,7 @@ def build_job_manifest(
         env.append({"name": "FEDTUNE_S3_ENDPOINT_URL", "value": deployment.bucket_endpoint})
     # The tenant's own bucket credentials, from a Secret the provider never reads.
     env.extend(tenant_secret_env(deployment.bucket_secret))
-    container = {
+    container: dict[str, Any] = {
         "name": "tenant-step",
         # The chart's (by digest); else the one the pipeline was compiled with; else the tag.
         "image": deployment.image or os.environ.get(TENANT_IMAGE_ENV) or tenant_image(),

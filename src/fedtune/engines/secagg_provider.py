@@ -25,8 +25,7 @@ from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
 from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
-from fedtune.secagg import fixedpoint, identity, vector
-from fedtune.secagg import protocol as p
+from fedtune.secagg import fixedpoint, identity, protocol as p, vector
 
 
 def _read_each(env: ProviderEnv, names: list[str], key: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -45,8 +45,7 @@ from fedtune.engines.steps import (
     stored_update_result,
     train_client,
 )
-from fedtune.secagg import fixedpoint, identity, vector
-from fedtune.secagg import protocol as p
+from fedtune.secagg import fixedpoint, identity, protocol as p, vector
 
 log = logging.getLogger(__name__)
 MASKED = "secagg/masked"

@@ -18,18 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedtune.algorithms.registry import get_algorithm
 from fedtune.config.job import JobConfig
 from fedtune.core import killpoints
 from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
-from fedtune.core.registry import get_algorithm
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
 
 # The tenant's env lives in its own module; steps re-exports it for the engines.
-from fedtune.engines.tenant_env import TenantEnv, TenantEnvs, keep_failure_details  # noqa: F401
+from fedtune.engines.tenant_env import (  # noqa: F401 - re-exported for the engines
+    TenantEnv as TenantEnv,
+    TenantEnvs as TenantEnvs,
+    keep_failure_details as keep_failure_details,
+)
 from fedtune.storage.base import Store
-from fedtune.training.context import ProviderContext, TenantData, derive_seed  # noqa: F401
+from fedtune.training.context import (  # noqa: F401
+    ProviderContext,
+    TenantData as TenantData,  # re-exported
+    derive_seed,
+)
 
 if TYPE_CHECKING:
     from fedtune.algorithms.base import Algorithm, Artifact

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedtune.algorithms.registry import get_algorithm
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StoreError
-from fedtune.core.registry import get_algorithm
 from fedtune.data.loader import read_examples
 from fedtune.engines import layout
 from fedtune.storage.base import Store

@@ -41,12 +41,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines.tenant_tasks import TenantKind
+
+if TYPE_CHECKING:
+    from fedtune.engines.tenant_env import TenantEnvs
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +203,13 @@ def _start_context() -> Any:
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
 
+def _warm_up(tenants: TenantEnvs) -> None:
+    """Load the tenant-readable base the tenants share (its env goes with this frame)."""
+    first = tenants[tenants.names[0]]
+    if first.algorithm.tenants_load_base:
+        first.ctx.base_model()
+
+
 def _worker_main(
     conn: Connection,
     views_json: str,
@@ -224,14 +234,11 @@ def _worker_main(
     views = {name: TenantJob.model_validate(v) for name, v in json.loads(views_json).items()}
     tenants = steps.TenantEnvs(views)
     try:  # warm the shared tenant-readable base before the first task
-        first = tenants[tenants.names[0]]
-        if first.algorithm.tenants_load_base:
-            first.ctx.base_model()
+        _warm_up(tenants)
     except Exception:  # noqa: BLE001 - the CLI starts workers before its checks: they report
         log.debug("worker warm-up failed; the first task meets the error again", exc_info=True)
     finally:
-        first = None  # the warm-up kept the shared base, nothing of its tenant
-        tenants.release()
+        tenants.release()  # the warm-up keeps the shared base, nothing of its tenant
     while True:
         message = conn.recv_bytes()
         if not message:

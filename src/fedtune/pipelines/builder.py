@@ -60,8 +60,7 @@ from fedtune.config.secrets import (
     S3_SECRET_ENV,
 )
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
-from fedtune.pipelines import components as c
-from fedtune.pipelines import secagg_components as sc
+from fedtune.pipelines import components as c, secagg_components as sc
 from fedtune.pipelines.images import (
     TENANT_IMAGE_ENV,
     Images,

@@ -42,7 +42,7 @@ from fedtune.config.job import (
 from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.data.formats import Example
 from fedtune.training.progress import ProgressHook, logged_progress
-from fedtune.training.shared import SharedBase
+from fedtune.training.shared import SharedBase as SharedBase  # re-exported
 
 if TYPE_CHECKING:
     import torch

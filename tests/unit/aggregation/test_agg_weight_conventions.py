@@ -10,9 +10,9 @@ import pytest
 import torch
 from pydantic import TypeAdapter
 
+from fedtune.algorithms.registry import get_algorithm
 from fedtune.config.algorithms import AlgorithmConfig
 from fedtune.core.messages import ServerState, Update, prefixed
-from fedtune.core.registry import get_algorithm
 
 X = torch.tensor([1.0, -2.0])
 # Two tenants: 1 and 3 samples, updates y_a and y_b.

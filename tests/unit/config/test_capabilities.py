@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fedtune.algorithms import registry
 from fedtune.cli.main import main
 from fedtune.config import parse_job
 from fedtune.config.capabilities import Capabilities, capabilities_of, families, table
-from fedtune.core import registry
 from fedtune.core.errors import ConfigError
 from fedtune.pipelines.catalog import repo_root
 from fedtune.pipelines.run_form import family_of

@@ -66,8 +66,8 @@ def test_bad_settings_are_refused(tmp_path: Path, section, overrides, message: s
 def test_every_algorithm_but_fedmkt_aggregates_a_sum() -> None:
     """FedMKT exchanges knowledge on public data, not summable tensors; every other
     registered algorithm declares (and its tests check) that the sum is all it needs."""
+    from fedtune.algorithms.registry import algorithm_names
     from fedtune.config.algorithms import summed_update_algorithms
-    from fedtune.core.registry import algorithm_names
 
     assert summed_update_algorithms() == sorted(set(algorithm_names()) - {"fedmkt"})
 

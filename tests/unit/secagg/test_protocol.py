@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from fedtune.core.errors import SecureAggregationError
-from fedtune.secagg import fixedpoint, identity, keys, prg
-from fedtune.secagg import protocol as p
+from fedtune.secagg import fixedpoint, identity, keys, prg, protocol as p
 
 FRAC = 24
 

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from fedtune.algorithms.base import Algorithm, Artifact, SecureSum
 from fedtune.algorithms.fedbiot import client, server
 from fedtune.algorithms.fedbiot.package import Blueprint
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import (
     FedBiOTConfig,
     FedOTConfig,
@@ -31,7 +32,6 @@ from fedtune.config.algorithms import (
 )
 from fedtune.core.errors import ConfigError, ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
-from fedtune.core.registry import register
 from fedtune.models.layers import (
     LayerSplit,
     layer_extract,

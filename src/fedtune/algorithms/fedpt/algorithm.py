@@ -27,9 +27,9 @@ from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedpt import proxy, server
 from fedtune.algorithms.fedpt.server import LargeModel, PublicSets
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import FedPTConfig, LargeHttpConfig
 from fedtune.core.messages import ServerState, Update, prefixed
-from fedtune.core.registry import register
 from fedtune.models import lora as lora_helpers
 from fedtune.models.loading import save_pretrained_dir
 from fedtune.training.context import ProviderContext

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fewfedpit import client
+from fedtune.algorithms.registry import register
 from fedtune.config.algorithms import FewFedPITConfig
 from fedtune.core.messages import Broadcast, ClientState, Update, prefixed
-from fedtune.core.registry import register
 from fedtune.training.context import TenantContext, TenantData
 
 
