@@ -10,7 +10,9 @@ STAMP  := $(VENV)/.fedtune-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned: the CPU wheel is local and fast; a bare range would pull CUDA builds.
+	# torch first, pinned, so the project's range cannot pull a newer release. On the polyglot
+	# machines this is PyPI's default CUDA 13 build (about 3.5 GB with its nvidia-* wheels; it runs
+	# on the CPU too): measured 6.5 min for the whole set-up and a 6.5 GB venv (docs/cluster-testing.md).
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
