@@ -82,6 +82,13 @@ def _probe_pod(name: str, exit_code: int, gpus: int = 0) -> dict:
     }
 
 
+def _probe_objects(cluster: Cluster, ns: str) -> None:
+    cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "probe"}, "data": {
+        "token": base64.b64encode(b"s3cret").decode()}})
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "probe"}, "data": {
+        "setting": "on"}})
+
+
 def _finished(cluster: Cluster, ns: str, name: str):
     def check():
         pod = cluster.core.read_namespaced_pod(name, ns)
@@ -94,10 +101,7 @@ def test_a_pod_gets_what_a_kubelet_gives_and_reports_its_exit(cluster: Cluster) 
     import json
 
     ns = cluster.create_namespace("probe-pods")
-    cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "probe"}, "data": {
-        "token": base64.b64encode(b"s3cret").decode()}})
-    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "probe"}, "data": {
-        "setting": "on"}})
+    _probe_objects(cluster, ns)
     cluster.core.create_namespaced_pod(ns, _probe_pod("ok", 0, gpus=1))
     cluster.core.create_namespaced_pod(ns, _probe_pod("fails", 3))
     ok, fails = _finished(cluster, ns, "ok"), _finished(cluster, ns, "fails")
@@ -128,7 +132,9 @@ def test_a_pod_asking_for_more_gpus_than_the_node_has_is_unschedulable(cluster: 
     assert "nvidia.com/gpu" in condition.message
 
 
-def test_a_missing_secret_leaves_the_container_waiting_like_a_kubelet(cluster: Cluster) -> None:
+def test_a_missing_secret_keeps_the_pod_waiting_until_it_exists_like_a_kubelet(
+    cluster: Cluster,
+) -> None:
     ns = cluster.create_namespace("probe-missing")
     cluster.core.create_namespaced_pod(ns, _probe_pod("orphan", 0))
 
@@ -139,6 +145,9 @@ def test_a_missing_secret_leaves_the_container_waiting_like_a_kubelet(cluster: C
 
     state = wait_for(waiting, "CreateContainerConfigError")
     assert state.reason == "CreateContainerConfigError" and "probe" in state.message
+    assert cluster.core.read_namespaced_pod("orphan", ns).status.phase == "Pending"
+    _probe_objects(cluster, ns)  # the Secret appears: the pod starts
+    assert _finished(cluster, ns, "orphan").status.phase == "Succeeded"
 
 
 def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster) -> None:
