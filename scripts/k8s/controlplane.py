@@ -214,6 +214,11 @@ class ControlPlane:
     version: str
     startup_s: float = 0.0
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON line per request of a ServiceAccount."""
+        return Path(self.state_dir) / "audit.log"
+
     def request(self, method: str, path: str, body: dict | None = None,
                 content_type: str = "application/json") -> dict:
         """One admin call to the API server (set-up without a client library)."""
@@ -316,6 +321,13 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
     server = f"https://127.0.0.1:{api}"
     kubeconfig = state / "kubeconfig"
     _kubeconfig(kubeconfig, server, pki / "ca.crt", token)
+    # Who asked for what: every ServiceAccount's requests, nobody else's (the controllers'
+    # traffic would drown them), so tests can check an account's rights against its use.
+    (pki / "audit-policy.json").write_text(json.dumps({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+                  {"level": "None"}],
+    }))
     plane = ControlPlane(str(state), server, str(kubeconfig), token, str(pki / "ca.crt"), {},
                          version)
     plane.pids["etcd"] = _start("etcd", [
@@ -341,6 +353,8 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         f"--service-account-issuer={ISSUER}",
         "--service-cluster-ip-range=10.0.0.0/24",
         f"--cert-dir={pki}", "--profiling=false",
+        f"--audit-policy-file={pki / 'audit-policy.json'}",
+        f"--audit-log-path={state / 'audit.log'}", "--audit-log-mode=blocking",
     ], logs)
     client_flags = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                     f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",

@@ -10,6 +10,7 @@ build or start that fails fails them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -86,6 +87,23 @@ class Cluster:
             service_account, namespace, request
         )
         return issued.status.token
+
+    def requests_of(self, namespace: str, service_account: str) -> list[dict[str, Any]]:
+        """What the ServiceAccount asked the API server, from its audit log, oldest first:
+        dicts of verb, group, resource, namespace, name and the response code."""
+        user = f"system:serviceaccount:{namespace}:{service_account}"
+        found = []
+        for line in self.plane.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            if event["user"]["username"] != user or event["stage"] != "ResponseComplete":
+                continue
+            ref = event.get("objectRef") or {}
+            found.append({
+                "verb": event["verb"], "group": ref.get("apiGroup", ""),
+                "resource": ref.get("resource", ""), "namespace": ref.get("namespace", ""),
+                "name": ref.get("name", ""), "code": event["responseStatus"]["code"],
+            })
+        return found
 
     def client_as(self, namespace: str, service_account: str) -> Any:
         """An ApiClient that authenticates as the ServiceAccount (RBAC applies)."""

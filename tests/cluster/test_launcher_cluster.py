@@ -21,9 +21,10 @@ from fedtune.core.errors import (
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import KubernetesJobApi, launch, run_tenant_step
 from fedtune.engines.launcher_manifest import LauncherSettings, build_job_manifest, load_deployment
+from fedtune.engines.launcher_rbac import LAUNCHER_RULES
 from fedtune.entrypoints.tenant_io import presign, step_objects
 from tests.cluster.conftest import Cluster, wait_for
-from tests.cluster.tenants import inside_a_kfp_task, install_tenant
+from tests.cluster.tenants import LAUNCHER_SA, PROVIDER_NS, inside_a_kfp_task, install_tenant
 from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
 from tests.integration.conftest import DATA
 from tests.kfp.conftest import two_tenant_job
@@ -215,3 +216,39 @@ def test_gpus_are_scheduled_against_the_nodes_capacity(
     greedy = s3_job(tmp_path / "eight", monkeypatch, moto_endpoint, ns, resources={"gpu": 8})
     with pytest.raises(FedtuneError, match="Unschedulable: .*Insufficient nvidia.com/gpu"):
         launch(api, quick_manifest(greedy, ns, 0, run_key="eight-gpus"), settings=quick)
+
+
+def test_the_launcher_asks_for_exactly_the_permissions_its_role_grants(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    """Each JobApi call, as the API server's audit log records it, is the permission
+    KubernetesJobApi.PERMISSIONS names; together they are LAUNCHER_RULES, no more, no less."""
+    ns = install_tenant(cluster, "every-call")
+    job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
+    api = KubernetesJobApi()
+    manifest = quick_manifest(job, ns, 0, run_key="every-call")
+    name = manifest["metadata"]["name"]
+    listed: dict[str, str] = {}
+    calls = {
+        "create_job": lambda: api.create_job(ns, manifest),
+        "read_job": lambda: api.read_job(ns, name),
+        "list_job": lambda: listed.update(job=api.list_job(ns, name)[1]),
+        "watch_job": lambda: api.watch_job(ns, name, listed["job"], 1),
+        "list_pods": lambda: listed.update(pods=api.list_pods(ns, name)[1]),
+        "watch_pods": lambda: api.watch_pods(ns, name, listed["pods"], 1),
+        "read_pod": lambda: api.read_pod(ns, f"{name}-gone"),
+        "list_job_events": lambda: api.list_job_events(ns, name),
+        "delete_job": lambda: api.delete_job(ns, name),
+    }
+    used: dict[str, set[tuple[str, str, str]]] = {}
+    for method, call in calls.items():
+        before = len(cluster.requests_of(PROVIDER_NS, LAUNCHER_SA))
+        call()
+        asked = cluster.requests_of(PROVIDER_NS, LAUNCHER_SA)[before:]
+        assert asked and all(r["namespace"] == ns and r["code"] != 403 for r in asked), asked
+        used[method] = {(r["group"], r["resource"], r["verb"]) for r in asked}
+    assert used == {m: {p} for m, p in KubernetesJobApi.PERMISSIONS.items()}
+    granted = {(g, r, v) for rule in LAUNCHER_RULES for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert set().union(*used.values()) == granted
