@@ -248,10 +248,19 @@ def _kubeconfig(path: Path, server: str, ca: Path, token: str) -> None:
     path.chmod(0o600)
 
 
-def _start(name: str, cmd: list[str], logs: Path) -> int:
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the process that started it ends (Linux prctl)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _start(name: str, cmd: list[str], logs: Path, tied: bool = False) -> int:
     out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
-    # A new session: the processes outlive `up` (make cluster-up) and no Ctrl-C reaches them.
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # A new session: the processes outlive `up` (make cluster-up) and no Ctrl-C reaches them;
+    # ``tied`` ones (a test session's) still end with their parent, even if it is killed.
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent if tied else None)
     out.close()
     return proc.pid
 
@@ -303,8 +312,11 @@ def register_node(plane: ControlPlane, name: str = NODE_NAME) -> None:
 
 
 def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
-       timeout_s: float = 60.0) -> ControlPlane:
-    """Start etcd, the API server, the controller manager and the scheduler; register a Node."""
+       timeout_s: float = 60.0, tied: bool = False) -> ControlPlane:
+    """Start etcd, the API server, the controller manager and the scheduler; register a Node.
+
+    ``tied``: the processes end when this process ends (a test session), however it ends.
+    """
     started = time.monotonic()
     bin_dir = build(version)
     etcd = find_etcd()
@@ -338,7 +350,7 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
         "--initial-cluster", f"fedtune=http://127.0.0.1:{etcd_peer}",
         "--unsafe-no-fsync",  # test data: speed over durability
-    ], logs)
+    ], logs, tied)
     plane.pids["kube-apiserver"] = _start("kube-apiserver", [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
@@ -355,7 +367,7 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         f"--cert-dir={pki}", "--profiling=false",
         f"--audit-policy-file={pki / 'audit-policy.json'}",
         f"--audit-log-path={state / 'audit.log'}", "--audit-log-mode=blocking",
-    ], logs)
+    ], logs, tied)
     client_flags = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                     f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
                     "--leader-elect=false"]
@@ -366,10 +378,10 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
             f"--controllers={CONTROLLERS}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
-        ], logs)
+        ], logs, tied)
         plane.pids["kube-scheduler"] = _start("kube-scheduler", [
             str(bin_dir / "kube-scheduler"), *client_flags, f"--secure-port={sched}",
-        ], logs)
+        ], logs, tied)
         register_node(plane)
         _wait_ready(plane, timeout_s, logs)
     except BaseException:

@@ -148,7 +148,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
     state = tmp_path_factory.mktemp("controlplane")
     try:
-        plane = controlplane.up(state)
+        plane = controlplane.up(state, tied=True)  # gone with pytest, even after a kill -9
     except controlplane.ControlPlaneError as exc:
         pytest.fail(f"starting the Kubernetes control plane failed: {exc}", pytrace=False)
     api = config.new_client_from_config(config_file=plane.kubeconfig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,38 @@ def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster
         lambda: not cluster.core.list_namespaced_pod(ns, label_selector="job-name=passes").items,
         "the Job's pods to go",
     )
+
+
+def test_a_killed_test_session_leaves_no_control_plane_behind(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A session's control plane is tied to it: SIGKILL the process that started one, and
+    etcd and the three servers end too (a leaked API server holds 300 MiB)."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys, time\n"
+        "from tests.cluster.conftest import controlplane\n"
+        f"plane = controlplane.up({str(tmp_path)!r}, tied=True)\n"
+        "print(json.dumps(plane.pids), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    session = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               text=True, cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        pids = json.loads(session.stdout.readline())
+    finally:
+        session.kill()
+        session.wait()
+    assert set(pids) == {"etcd", *controlplane.BINARIES}
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    wait_for(lambda: not any(alive(p) for p in pids.values()), "the orphans to end", 30)
