@@ -249,10 +249,13 @@ def _kubeconfig(path: Path, server: str, ca: Path, token: str) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the process that started it ends (Linux prctl)."""
+    """In the child: be killed when the process that started it ends (Linux prctl).
+
+    SIGKILL, not SIGTERM: an API server whose etcd is gone can hang in its graceful shutdown,
+    and a test session's control plane holds nothing worth a clean stop."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _start(name: str, cmd: list[str], logs: Path, tied: bool = False) -> int:

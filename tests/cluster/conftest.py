@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -90,13 +91,18 @@ class Cluster:
 
     def requests_of(self, namespace: str, service_account: str) -> list[dict[str, Any]]:
         """What the ServiceAccount asked the API server, from its audit log, oldest first:
-        dicts of verb, group, resource, namespace, name and the response code."""
+        dicts of verb, group, resource, namespace, name and the response code.
+
+        One entry per request, from its first event: a watch's is ``ResponseStarted``, logged
+        (the log blocks) before the client sees the watch start; its ``ResponseComplete``
+        comes whenever the server notices the client left."""
         user = f"system:serviceaccount:{namespace}:{service_account}"
-        found = []
+        found, seen = [], set()
         for line in self.plane.audit_log.read_text().splitlines():
             event = json.loads(line)
-            if event["user"]["username"] != user or event["stage"] != "ResponseComplete":
+            if event["user"]["username"] != user or event["auditID"] in seen:
                 continue
+            seen.add(event["auditID"])
             ref = event.get("objectRef") or {}
             found.append({
                 "verb": event["verb"], "group": ref.get("apiGroup", ""),
@@ -141,12 +147,14 @@ def _binaries_or_skip() -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster() -> Iterator[Cluster]:
     """A running control plane with the fake Node and its pod runner; stopped afterwards."""
     _binaries_or_skip()
     from kubernetes import config
 
-    state = tmp_path_factory.mktemp("controlplane")
+    # Not under pytest's basetemp: a concurrent pytest session on the machine may rotate it
+    # away (it keeps three), and with it the etcd data and the audit log.
+    state = Path(tempfile.mkdtemp(prefix="fedtune-controlplane-"))
     try:
         plane = controlplane.up(state, tied=True)  # gone with pytest, even after a kill -9
     except controlplane.ControlPlaneError as exc:
@@ -175,3 +183,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         runner.stop()
         api.close()
         controlplane.down(state)
+        shutil.rmtree(state, ignore_errors=True)

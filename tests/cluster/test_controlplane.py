@@ -178,19 +178,20 @@ def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster
     )
 
 
-def test_a_killed_test_session_leaves_no_control_plane_behind(
-    cluster: Cluster, tmp_path: Path
-) -> None:
+def test_a_killed_test_session_leaves_no_control_plane_behind(cluster: Cluster) -> None:
     """A session's control plane is tied to it: SIGKILL the process that started one, and
     etcd and the three servers end too (a leaked API server holds 300 MiB)."""
     import json
+    import shutil
     import subprocess
     import sys
+    import tempfile
 
+    state = tempfile.mkdtemp(prefix="fedtune-killed-session-")
     script = (
         "import json, sys, time\n"
         "from tests.cluster.conftest import controlplane\n"
-        f"plane = controlplane.up({str(tmp_path)!r}, tied=True)\n"
+        f"plane = controlplane.up({state!r}, tied=True)\n"
         "print(json.dumps(plane.pids), flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -211,3 +212,4 @@ def test_a_killed_test_session_leaves_no_control_plane_behind(
         return state != "Z"
 
     wait_for(lambda: not any(alive(p) for p in pids.values()), "the orphans to end", 30)
+    shutil.rmtree(state)
