@@ -214,6 +214,11 @@ class ControlPlane:
     version: str
     startup_s: float = 0.0
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON line per request of a ServiceAccount."""
+        return Path(self.state_dir) / "audit.log"
+
     def request(self, method: str, path: str, body: dict | None = None,
                 content_type: str = "application/json") -> dict:
         """One admin call to the API server (set-up without a client library)."""
@@ -243,10 +248,22 @@ def _kubeconfig(path: Path, server: str, ca: Path, token: str) -> None:
     path.chmod(0o600)
 
 
-def _start(name: str, cmd: list[str], logs: Path) -> int:
+def _die_with_parent() -> None:
+    """In the child: be killed when the process that started it ends (Linux prctl).
+
+    SIGKILL, not SIGTERM: an API server whose etcd is gone can hang in its graceful shutdown,
+    and a test session's control plane holds nothing worth a clean stop."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _start(name: str, cmd: list[str], logs: Path, tied: bool = False) -> int:
     out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
-    # A new session: the processes outlive `up` (make cluster-up) and no Ctrl-C reaches them.
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # A new session: the processes outlive `up` (make cluster-up) and no Ctrl-C reaches them;
+    # ``tied`` ones (a test session's) still end with their parent, even if it is killed.
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent if tied else None)
     out.close()
     return proc.pid
 
@@ -298,8 +315,11 @@ def register_node(plane: ControlPlane, name: str = NODE_NAME) -> None:
 
 
 def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
-       timeout_s: float = 60.0) -> ControlPlane:
-    """Start etcd, the API server, the controller manager and the scheduler; register a Node."""
+       timeout_s: float = 60.0, tied: bool = False) -> ControlPlane:
+    """Start etcd, the API server, the controller manager and the scheduler; register a Node.
+
+    ``tied``: the processes end when this process ends (a test session), however it ends.
+    """
     started = time.monotonic()
     bin_dir = build(version)
     etcd = find_etcd()
@@ -316,6 +336,13 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
     server = f"https://127.0.0.1:{api}"
     kubeconfig = state / "kubeconfig"
     _kubeconfig(kubeconfig, server, pki / "ca.crt", token)
+    # Who asked for what: every ServiceAccount's requests, nobody else's (the controllers'
+    # traffic would drown them), so tests can check an account's rights against its use.
+    (pki / "audit-policy.json").write_text(json.dumps({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+                  {"level": "None"}],
+    }))
     plane = ControlPlane(str(state), server, str(kubeconfig), token, str(pki / "ca.crt"), {},
                          version)
     plane.pids["etcd"] = _start("etcd", [
@@ -326,7 +353,7 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
         "--initial-cluster", f"fedtune=http://127.0.0.1:{etcd_peer}",
         "--unsafe-no-fsync",  # test data: speed over durability
-    ], logs)
+    ], logs, tied)
     plane.pids["kube-apiserver"] = _start("kube-apiserver", [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
@@ -341,7 +368,9 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
         f"--service-account-issuer={ISSUER}",
         "--service-cluster-ip-range=10.0.0.0/24",
         f"--cert-dir={pki}", "--profiling=false",
-    ], logs)
+        f"--audit-policy-file={pki / 'audit-policy.json'}",
+        f"--audit-log-path={state / 'audit.log'}", "--audit-log-mode=blocking",
+    ], logs, tied)
     client_flags = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                     f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
                     "--leader-elect=false"]
@@ -352,10 +381,10 @@ def up(state_dir: Path = DEFAULT_STATE, version: str = K8S_VERSION,
             f"--controllers={CONTROLLERS}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
-        ], logs)
+        ], logs, tied)
         plane.pids["kube-scheduler"] = _start("kube-scheduler", [
             str(bin_dir / "kube-scheduler"), *client_flags, f"--secure-port={sched}",
-        ], logs)
+        ], logs, tied)
         register_node(plane)
         _wait_ready(plane, timeout_s, logs)
     except BaseException:

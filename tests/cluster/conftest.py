@@ -10,9 +10,11 @@ build or start that fails fails them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -87,6 +89,28 @@ class Cluster:
         )
         return issued.status.token
 
+    def requests_of(self, namespace: str, service_account: str) -> list[dict[str, Any]]:
+        """What the ServiceAccount asked the API server, from its audit log, oldest first:
+        dicts of verb, group, resource, namespace, name and the response code.
+
+        One entry per request, from its first event: a watch's is ``ResponseStarted``, logged
+        (the log blocks) before the client sees the watch start; its ``ResponseComplete``
+        comes whenever the server notices the client left."""
+        user = f"system:serviceaccount:{namespace}:{service_account}"
+        found, seen = [], set()
+        for line in self.plane.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            if event["user"]["username"] != user or event["auditID"] in seen:
+                continue
+            seen.add(event["auditID"])
+            ref = event.get("objectRef") or {}
+            found.append({
+                "verb": event["verb"], "group": ref.get("apiGroup", ""),
+                "resource": ref.get("resource", ""), "namespace": ref.get("namespace", ""),
+                "name": ref.get("name", ""), "code": event["responseStatus"]["code"],
+            })
+        return found
+
     def client_as(self, namespace: str, service_account: str) -> Any:
         """An ApiClient that authenticates as the ServiceAccount (RBAC applies)."""
         from kubernetes import client
@@ -123,14 +147,16 @@ def _binaries_or_skip() -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster() -> Iterator[Cluster]:
     """A running control plane with the fake Node and its pod runner; stopped afterwards."""
     _binaries_or_skip()
     from kubernetes import config
 
-    state = tmp_path_factory.mktemp("controlplane")
+    # Not under pytest's basetemp: a concurrent pytest session on the machine may rotate it
+    # away (it keeps three), and with it the etcd data and the audit log.
+    state = Path(tempfile.mkdtemp(prefix="fedtune-controlplane-"))
     try:
-        plane = controlplane.up(state)
+        plane = controlplane.up(state, tied=True)  # gone with pytest, even after a kill -9
     except controlplane.ControlPlaneError as exc:
         pytest.fail(f"starting the Kubernetes control plane failed: {exc}", pytrace=False)
     api = config.new_client_from_config(config_file=plane.kubeconfig)
@@ -157,3 +183,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         runner.stop()
         api.close()
         controlplane.down(state)
+        shutil.rmtree(state, ignore_errors=True)

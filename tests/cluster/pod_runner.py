@@ -144,10 +144,12 @@ class PodRunner:
         ns, name = pod.metadata.namespace, pod.metadata.name
         folder = self.workdir / pod.metadata.uid
         folder.mkdir(parents=True, exist_ok=True)
-        try:
+        containers = [*(pod.spec.init_containers or []), *pod.spec.containers]
+        try:  # everything a container needs, before any starts (as a kubelet)
             mounts = self._volumes(pod, folder / "volumes")
+            prepared = [self._prepare(pod, c, folder, mounts) for c in containers]
         except PodSetupError as exc:
-            self._waiting(pod, "CreateContainerConfigError", str(exc))
+            self._not_yet(pod, str(exc))
             return
         started = _now()
         self._patch(ns, name, {"status": {
@@ -155,14 +157,10 @@ class PodRunner:
             "containerStatuses": [self._status(c.name, {"running": {"startedAt": started}})
                                   for c in pod.spec.containers]}})
         states, ok = [], True
-        for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+        for container, launch in zip(containers, prepared, strict=True):
             if not ok:
                 break
-            try:
-                code, message = self._run_container(pod, container, folder, mounts)
-            except PodSetupError as exc:
-                self._waiting(pod, "CreateContainerConfigError", str(exc))
-                return
+            code, message = self._run_container(pod, container, folder, *launch)
             ok = code == 0
             if container in pod.spec.containers:
                 states.append(self._status(container.name, {"terminated": {
@@ -170,6 +168,13 @@ class PodRunner:
                     "message": message or None, "startedAt": started, "finishedAt": _now()}}))
         self._patch(ns, name, {"status": {
             "phase": "Succeeded" if ok else "Failed", "containerStatuses": states}})
+
+    def _not_yet(self, pod: Any, message: str) -> None:
+        """Report the container waiting, and try again later, as a kubelet does (the missing
+        Secret may yet be created)."""
+        self._waiting(pod, "CreateContainerConfigError", message)
+        self._stop.wait(1.0)
+        self._seen.discard(pod.metadata.uid)
 
     def _status(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "state": state, "ready": False, "restartCount": 0,
@@ -189,9 +194,11 @@ class PodRunner:
             if exc.status != 404:  # deleted while running: nothing to report to
                 raise
 
-    def _run_container(
+    def _prepare(
         self, pod: Any, container: Any, folder: Path, volumes: dict[str, Path]
-    ) -> tuple[int, str]:
+    ) -> tuple[list[str], dict[str, str], Path, Path]:
+        """The container's argv, env, working dir and termination-message file, with every
+        mount path rewritten to its local folder."""
         rewrites: list[tuple[str, str]] = []
         for mount in container.volume_mounts or []:
             local = volumes[mount.name] / (mount.sub_path or "")
@@ -219,6 +226,12 @@ class PodRunner:
         env = {k: local(v) for k, v in env.items()}
         env[TERMINATION_ENV] = str(message_file)
         cwd = Path(local(container.working_dir)) if container.working_dir else folder
+        return argv, env, cwd, message_file
+
+    def _run_container(
+        self, pod: Any, container: Any, folder: Path,
+        argv: list[str], env: dict[str, str], cwd: Path, message_file: Path,
+    ) -> tuple[int, str]:
         cwd.mkdir(parents=True, exist_ok=True)
         log_path = folder / f"{container.name}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed below

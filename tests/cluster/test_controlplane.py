@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,13 @@ def _probe_pod(name: str, exit_code: int, gpus: int = 0) -> dict:
     }
 
 
+def _probe_objects(cluster: Cluster, ns: str) -> None:
+    cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "probe"}, "data": {
+        "token": base64.b64encode(b"s3cret").decode()}})
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "probe"}, "data": {
+        "setting": "on"}})
+
+
 def _finished(cluster: Cluster, ns: str, name: str):
     def check():
         pod = cluster.core.read_namespaced_pod(name, ns)
@@ -94,10 +102,7 @@ def test_a_pod_gets_what_a_kubelet_gives_and_reports_its_exit(cluster: Cluster) 
     import json
 
     ns = cluster.create_namespace("probe-pods")
-    cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "probe"}, "data": {
-        "token": base64.b64encode(b"s3cret").decode()}})
-    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "probe"}, "data": {
-        "setting": "on"}})
+    _probe_objects(cluster, ns)
     cluster.core.create_namespaced_pod(ns, _probe_pod("ok", 0, gpus=1))
     cluster.core.create_namespaced_pod(ns, _probe_pod("fails", 3))
     ok, fails = _finished(cluster, ns, "ok"), _finished(cluster, ns, "fails")
@@ -128,7 +133,9 @@ def test_a_pod_asking_for_more_gpus_than_the_node_has_is_unschedulable(cluster: 
     assert "nvidia.com/gpu" in condition.message
 
 
-def test_a_missing_secret_leaves_the_container_waiting_like_a_kubelet(cluster: Cluster) -> None:
+def test_a_missing_secret_keeps_the_pod_waiting_until_it_exists_like_a_kubelet(
+    cluster: Cluster,
+) -> None:
     ns = cluster.create_namespace("probe-missing")
     cluster.core.create_namespaced_pod(ns, _probe_pod("orphan", 0))
 
@@ -139,6 +146,9 @@ def test_a_missing_secret_leaves_the_container_waiting_like_a_kubelet(cluster: C
 
     state = wait_for(waiting, "CreateContainerConfigError")
     assert state.reason == "CreateContainerConfigError" and "probe" in state.message
+    assert cluster.core.read_namespaced_pod("orphan", ns).status.phase == "Pending"
+    _probe_objects(cluster, ns)  # the Secret appears: the pod starts
+    assert _finished(cluster, ns, "orphan").status.phase == "Succeeded"
 
 
 def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster) -> None:
@@ -166,3 +176,40 @@ def test_jobs_complete_and_fail_through_the_real_job_controller(cluster: Cluster
         lambda: not cluster.core.list_namespaced_pod(ns, label_selector="job-name=passes").items,
         "the Job's pods to go",
     )
+
+
+def test_a_killed_test_session_leaves_no_control_plane_behind(cluster: Cluster) -> None:
+    """A session's control plane is tied to it: SIGKILL the process that started one, and
+    etcd and the three servers end too (a leaked API server holds 300 MiB)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="fedtune-killed-session-")
+    script = (
+        "import json, sys, time\n"
+        "from tests.cluster.conftest import controlplane\n"
+        f"plane = controlplane.up({state!r}, tied=True)\n"
+        "print(json.dumps(plane.pids), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    session = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               text=True, cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        pids = json.loads(session.stdout.readline())
+    finally:
+        session.kill()
+        session.wait()
+    assert set(pids) == {"etcd", *controlplane.BINARIES}
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    wait_for(lambda: not any(alive(p) for p in pids.values()), "the orphans to end", 30)
+    shutil.rmtree(state)

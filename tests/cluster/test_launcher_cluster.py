@@ -21,9 +21,10 @@ from fedtune.core.errors import (
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import KubernetesJobApi, launch, run_tenant_step
 from fedtune.engines.launcher_manifest import LauncherSettings, build_job_manifest, load_deployment
+from fedtune.engines.launcher_rbac import LAUNCHER_RULES
 from fedtune.entrypoints.tenant_io import presign, step_objects
 from tests.cluster.conftest import Cluster, wait_for
-from tests.cluster.tenants import inside_a_kfp_task, install_tenant
+from tests.cluster.tenants import LAUNCHER_SA, PROVIDER_NS, inside_a_kfp_task, install_tenant
 from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env
 from tests.integration.conftest import DATA
 from tests.kfp.conftest import two_tenant_job
@@ -41,13 +42,13 @@ def moto_endpoint() -> Iterator[str]:
 
 
 def s3_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str, namespace: str,
-           data_uri: str | None = None) -> JobConfig:
-    """A job whose tenant-a runs in ``namespace``; its exchange in a fresh bucket, round 1
-    configured."""
+           data_uri: str | None = None, resources: dict | None = None) -> JobConfig:
+    """A job whose tenant-a runs in ``namespace`` (with ``resources``); its exchange in a fresh
+    bucket, round 1 configured."""
     use_fake_aws_env(monkeypatch, endpoint)
     bucket = create_bucket(endpoint)
     tenants = [
-        {"name": "tenant-a", "namespace": namespace,
+        {"name": "tenant-a", "namespace": namespace, "resources": resources or {},
          "data_uri": data_uri or str(DATA / "tenant-a.jsonl")},
         {"name": "tenant-b", "namespace": f"{namespace}-b",
          "data_uri": str(DATA / "tenant-b.jsonl")},
@@ -164,12 +165,12 @@ def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
         launch(api, other)
 
 
-def quick_manifest(job: JobConfig, namespace: str, exit_code: int) -> dict:
+def quick_manifest(job: JobConfig, namespace: str, exit_code: int, run_key: str = "") -> dict:
     """The launcher's manifest for tenant-a's client step, its container exiting with a code."""
     store = layout.JobStores(job).exchange("tenant-a")
     urls = presign(store, *step_objects("client", job, 1, "tenant-a"), 600)
     manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(job.tenants[0]),
-                                  urls, run_key=f"exit-{exit_code}",
+                                  urls, run_key=run_key or f"exit-{exit_code}",
                                   settings=LauncherSettings(backoff_limit=1))
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     container["command"] = ["python", "-c", f"raise SystemExit({exit_code})"]
@@ -196,3 +197,58 @@ def test_the_job_controller_retries_an_outage_but_not_a_permanent_error(
     assert len(runs["DataError"]) == 1 and "(PodFailurePolicy:" in runs["DataError-reason"]
     assert len(runs["StoreUnavailable"]) == 2  # backoffLimit 1: the outage gets a second pod
     assert "(BackoffLimitExceeded:" in runs["StoreUnavailable-reason"]
+
+
+def test_gpus_are_scheduled_against_the_nodes_capacity(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    from tests.cluster.conftest import controlplane
+
+    ns = install_tenant(cluster, "gpus")
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
+    api, quick = KubernetesJobApi(), LauncherSettings(poll_s=2, start_timeout_s=3)
+    job = s3_job(tmp_path / "two", monkeypatch, moto_endpoint, ns, resources={"gpu": 2})
+    outcome = launch(api, quick_manifest(job, ns, 0, run_key="two-gpus"), settings=quick)
+    (pod,) = cluster.core.list_namespaced_pod(ns, label_selector=f"job-name={outcome.name}").items
+    assert pod.spec.node_name == controlplane.NODE_NAME
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    # More GPUs than the node has: the scheduler's reason reaches the provider.
+    greedy = s3_job(tmp_path / "eight", monkeypatch, moto_endpoint, ns, resources={"gpu": 8})
+    with pytest.raises(FedtuneError, match="Unschedulable: .*Insufficient nvidia.com/gpu"):
+        launch(api, quick_manifest(greedy, ns, 0, run_key="eight-gpus"), settings=quick)
+
+
+def test_the_launcher_asks_for_exactly_the_permissions_its_role_grants(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    """Each JobApi call, as the API server's audit log records it, is the permission
+    KubernetesJobApi.PERMISSIONS names; together they are LAUNCHER_RULES, no more, no less."""
+    ns = install_tenant(cluster, "every-call")
+    job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
+    api = KubernetesJobApi()
+    manifest = quick_manifest(job, ns, 0, run_key="every-call")
+    name = manifest["metadata"]["name"]
+    listed: dict[str, str] = {}
+    calls = {
+        "create_job": lambda: api.create_job(ns, manifest),
+        "read_job": lambda: api.read_job(ns, name),
+        "list_job": lambda: listed.update(job=api.list_job(ns, name)[1]),
+        "watch_job": lambda: api.watch_job(ns, name, listed["job"], 1),
+        "list_pods": lambda: listed.update(pods=api.list_pods(ns, name)[1]),
+        "watch_pods": lambda: api.watch_pods(ns, name, listed["pods"], 1),
+        "read_pod": lambda: api.read_pod(ns, f"{name}-gone"),
+        "list_job_events": lambda: api.list_job_events(ns, name),
+        "delete_job": lambda: api.delete_job(ns, name),
+    }
+    used: dict[str, set[tuple[str, str, str]]] = {}
+    for method, call in calls.items():
+        before = len(cluster.requests_of(PROVIDER_NS, LAUNCHER_SA))
+        call()
+        asked = cluster.requests_of(PROVIDER_NS, LAUNCHER_SA)[before:]
+        assert asked and all(r["namespace"] == ns and r["code"] != 403 for r in asked), asked
+        used[method] = {(r["group"], r["resource"], r["verb"]) for r in asked}
+    assert used == {m: {p} for m, p in KubernetesJobApi.PERMISSIONS.items()}
+    granted = {(g, r, v) for rule in LAUNCHER_RULES for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert set().union(*used.values()) == granted

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ def moto_endpoint() -> Iterator[str]:
 
 
 class KfpTenantTasks:
-    """The tenant tasks of a KFP run, one after another: each calls its component function."""
+    """The tenant tasks of a KFP round, all at once as a ParallelFor runs them: each calls its
+    component function in a thread of its own (a task pod of its own on a cluster)."""
 
     def __init__(self, job: JobConfig, run_key: str) -> None:
         self.job, self.run_key = job, run_key
@@ -68,18 +70,23 @@ class KfpTenantTasks:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    def _task(self, task: Task) -> tuple[Outcome, dict[str, Any]]:
+        if task.kind in final_step.RESULT_FIELD:  # evaluate, audit
+            marker = final_step.run(self.job, task.kind, task.tenant, self.run_key)
+            return Outcome(task, marker), marker
+        # The client step, or a secure-aggregation round's other tenant steps.
+        marker = client_step.run(self.job, task.round_index, task.tenant, self.run_key, task.kind)
+        if marker["ok"]:
+            return Outcome(task, marker["result"]), marker
+        return Outcome(task, None, marker["reason"]), marker
+
     def run(self, tasks: Sequence[Task], on_done: Any = None) -> dict[str, Outcome]:
+        with ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            finished = list(pool.map(self._task, tasks))
         outcomes = {}
-        for task in tasks:
-            if task.kind == "client":
-                marker = client_step.run(self.job, task.round_index, task.tenant, self.run_key)
-                outcome = (Outcome(task, marker["result"]) if marker["ok"]
-                           else Outcome(task, None, marker["reason"]))
-            else:
-                marker = final_step.run(self.job, task.kind, task.tenant, self.run_key)
-                outcome = Outcome(task, marker)
+        for outcome, marker in finished:
             self.markers.append(marker)
-            outcomes[task.tenant] = outcome
+            outcomes[outcome.task.tenant] = outcome
             if on_done:
                 on_done(outcome)
         return outcomes
@@ -91,10 +98,11 @@ def final_state(job: JobConfig) -> dict[str, torch.Tensor]:
 
 def run_on_the_cluster(
     platform: Cluster, settings: dict[str, Any], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, run_key: str,
+    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, run_key: str, steps_per_round: int = 1,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The local engine's reference run, then the same job with launched tenant steps;
-    assert the final states are bitwise equal; return both summaries."""
+    """The local engine's reference run, then the same job with launched tenant steps
+    (``steps_per_round`` of them per tenant and round); assert the final states are bitwise
+    equal; return both summaries."""
     settings = {"rounds": 2, **settings}
     reference = two_tenant_job(tmp_path / "reference", **settings)
     expected = run_job(reference, NullTracker(), QUIET)
@@ -117,13 +125,14 @@ def run_on_the_cluster(
 
     # Every tenant step ran as a pod of a Job in its tenant's namespace, and succeeded.
     runs = platform.runner.records[before:]
-    assert [(r.namespace, r.exit_code) for r in runs] == [
-        (t, 0) for _ in range(job.rounds + 1) for t in TENANTS
-    ], [r.output()[-2000:] for r in runs if r.exit_code]
+    assert sorted((r.namespace, r.exit_code) for r in runs) == sorted(
+        (t, 0) for _ in range(job.rounds * steps_per_round + 1) for t in TENANTS
+    ), [r.output()[-2000:] for r in runs if r.exit_code]
     steps = [m.get("result", m) for m in tasks.markers]
     assert all(m.get("ok", True) for m in tasks.markers)
     jobs = [s.get("k8s_job") for s in steps if "k8s_job" in s]
-    assert len(jobs) == job.rounds * len(TENANTS)  # the evaluate markers carry only metrics
+    # The evaluate markers carry only metrics.
+    assert len(jobs) == job.rounds * steps_per_round * len(TENANTS)
     for namespaced in jobs:
         ns, name = namespaced.split("/")
         status = platform.batch.read_namespaced_job(name, ns).status
@@ -151,3 +160,16 @@ def test_fedbiot_with_tenant_jobs_on_a_real_api_server_equals_the_local_engine(
         platform, FEDBIOT, tmp_path, monkeypatch, moto_endpoint, "fedbiot-run"
     )
     assert got["emulator_layers"] == expected["emulator_layers"]
+
+
+def test_a_secure_round_with_tenant_jobs_on_a_real_api_server_equals_the_local_engine(
+    platform: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    """Advertise, share, masked client step and unmask: four Jobs per tenant and round."""
+    secure = {"rounds": 1, "secure_aggregation": {"enabled": True, "threshold": 2}}
+    run_on_the_cluster(platform, secure, tmp_path, monkeypatch, moto_endpoint, "secure-run",
+                       steps_per_round=4)
+    for tenant in TENANTS:
+        launched = platform.batch.list_namespaced_job(tenant, label_selector="fedtune.io/step")
+        kinds = {j.metadata.labels["fedtune.io/step"] for j in launched.items}
+        assert kinds >= {"secagg-advertise", "secagg-share", "client", "secagg-unmask"}
