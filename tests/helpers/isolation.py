@@ -116,11 +116,17 @@ class ScriptedConnection:
 def probe(mode: str, job: JobConfig, a: str, b: str) -> dict[str, Any]:
     """Run A's and B's client steps of round 1 as ``mode`` says; what of A's B's step met."""
     from fedtune.engines import steps
-    from fedtune.engines.workers import InProcessRunner, Outcome, Task, _worker_main
+    from fedtune.engines.workers import (
+        InProcessRunner,
+        Outcome,
+        Task,
+        _worker_main,
+        tenant_views_json,
+    )
 
     if mode == "worker":
         conn = ScriptedConnection(job, a, b)
-        _worker_main(conn, json.dumps(job.model_dump(mode="json")), 1, None)  # type: ignore[arg-type]
+        _worker_main(conn, tenant_views_json(job), 1, None)  # type: ignore[arg-type]
         return {"found": conn.found, "failures": [r["failure"] for r in conn.replies]}
     state: dict[str, Any] = {}
 

@@ -52,14 +52,14 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
     """A job with every optional text field filled in: tracking, provider resources, another
     tenant's namespace, store, tracking, placement and key, FedMKT's tenant models."""
     section = section_of(algorithm["name"])
-    loads_base = section.tenants_load_base
+    loads_base = section.capabilities.tenants_load_base
     algorithm = dict(algorithm)
     secure = algorithm.pop("secure", False)
     raw = tiny_job_dict(workdir, algorithm=algorithm, rounds=1, min_clients=1)
     if secure:  # the view then names every party and its public key: nothing else of them
         raw["secure_aggregation"] = {"enabled": True}
     raw["tenants"] = raw["tenants"][:1] if algorithm["name"] == "offsite-tuning" else raw["tenants"][:2]
-    if not loads_base and not getattr(section, "tenant_models", False):
+    if not loads_base and not section.capabilities.tenant_models:
         raw["model"]["num_layers"] = 6  # FedBiOT's family: adapter and emulator layers
     if not runnable:  # the provider's model as a directory: its URI must never reach a tenant
         raw["model"] = {"source": "pretrained", "uri": "s3://provider-weights/base"}
@@ -73,7 +73,8 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
                   "experiment": "provider-experiment", "registered_model": "provider-model"},
         provider={"image": "registry.provider/fedtune:1", "node_selector": {"pool": "provider"},
                   "tolerations": [TOLERATION]},
-        audit={"enabled": True},
+        # An audit where the algorithm has one (its settings then enter the view).
+        audit={"enabled": section.capabilities.audit},
     )
     raw["tenants"][0]["store_uri"] = str(workdir / "mine")
     for tenant in raw["tenants"][1:]:
@@ -85,7 +86,7 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
             tracking={"backend": "mlflow", "tracking_uri": "http://mlflow.other:5000",
                       "experiment": "other-experiment", "registered_model": "other-model"},
         )
-    if getattr(section, "tenant_models", False):
+    if section.capabilities.tenant_models:
         for tenant in raw["tenants"]:
             tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
     return raw
@@ -105,11 +106,11 @@ def kept(job: JobConfig, path: tuple[Any, ...], *, runnable: bool) -> bool:
         return path[1] in section.tenant_fields or (runnable and path[1] == "large_model"
                                                     and path[2:] in (("url",), ("tokenizer",)))
     if head == "model":
-        return section.tenants_load_base and path[1:] == ("tenant_uri",) or runnable
+        return section.capabilities.tenants_load_base and path[1:] == ("tenant_uri",) or runnable
     if head == "tokenizer":
-        return section.tenants_load_base or runnable
+        return section.capabilities.tenants_load_base or runnable
     if head == "public_data_uri":
-        return getattr(section, "tenants_read_public", False) or runnable
+        return section.capabilities.tenants_read_public or runnable
     if head in ("exchange_uri", "provider_store_uri") and runnable:
         return True  # the run's real stores
     # FedMKT's provider reads every tenant's tokenizer.
@@ -189,7 +190,7 @@ CHOICES = re.compile(r"(source|arch|backend|data_format|optimizer|precision|devi
 def cases() -> Iterator[Any]:
     for name in algorithm_names():
         yield pytest.param(name, CLIENT_CASES[name], id=name)
-        if getattr(section_of(name), "summed_update", False) and name != "offsite-tuning":  # one tenant
+        if section_of(name).capabilities.summed_update and name != "offsite-tuning":  # one tenant
             yield pytest.param(name, {**CLIENT_CASES[name], "secure": True}, id=f"{name}-secagg")
         if section_of(name).__name__ == "FedPTConfig":
             for where, large in (("s3", LARGE_S3), ("http", LARGE_HTTP)):
@@ -219,7 +220,9 @@ def test_nothing_outside_the_view_reaches_the_view_or_the_pod(
     assert_no_marker(json.dumps(local), markers, "the in-process tenant view")
     # Every pod the launcher starts for the tenant, built as the launcher builds it.
     deployment = TenantDeployment(namespace=ME, bucket_secret="tenant-a-bucket")
-    for kind, round_index in (("client", 1), ("evaluate", job.rounds), ("audit", job.rounds)):
+    kinds = ("client", "evaluate", "audit") if job.audit.enabled else ("client", "evaluate")
+    for kind in kinds:
+        round_index = 1 if kind == "client" else job.rounds
         gets, puts = step_objects(kind, tenant_view(job, ME), round_index)
         urls = {"get": {k: f"https://exchange.invalid/{k}" for k in gets},
                 "put": {k: f"https://exchange.invalid/{k}" for k in puts}}

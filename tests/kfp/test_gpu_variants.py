@@ -72,7 +72,8 @@ def test_heavy_steps_ask_for_a_gpu_and_tolerate_the_gpu_taint(path: Path) -> Non
         else:
             assert accelerator is None and tolerations == [], name
             assert container["image"] == provider_image(), name
-    assert seen_heavy == 3  # server-init, (secure-)aggregate, export-and-register
+    # server-init, (secure-)aggregate, final-broadcast, export-and-register
+    assert seen_heavy == 4
 
 
 @pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.stem)

@@ -203,6 +203,15 @@ def _start_context() -> Any:
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
 
+def tenant_views_json(job: JobConfig) -> str:
+    """What a worker receives of the job: every tenant's view, built by the provider."""
+    from fedtune.engines import layout
+
+    return json.dumps(
+        {t.name: layout.view_for(job, t.name).model_dump(mode="json") for t in job.tenants}
+    )
+
+
 def _warm_up(tenants: TenantEnvs) -> None:
     """Load the tenant-readable base the tenants share (its env goes with this frame)."""
     first = tenants[tenants.names[0]]
@@ -427,12 +436,8 @@ class WorkerPool:
         self.peaks: dict[int, dict[str, float]] = {}  # worker i's peak memory so far
         self.threads = job.engine.step_threads or threads_per_worker(size)
         self._context = _start_context()
-        from fedtune.engines import layout
-
         self.job_json = json.dumps(job.model_dump(mode="json"))  # names the pool (prestart)
-        self.views_json = json.dumps(
-            {t.name: layout.view_for(job, t.name).model_dump(mode="json") for t in job.tenants}
-        )
+        self.views_json = tenant_views_json(job)
         self._workers: list[_Worker] = []
 
     def start(self) -> None:
