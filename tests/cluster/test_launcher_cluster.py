@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedtune.config import JobConfig
+from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import (
     ConfigError,
     DataError,
@@ -149,7 +150,7 @@ def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
     inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
     tenant = job.tenants[0]
     store = layout.JobStores(job).exchange("tenant-a")
-    urls = presign(store, *step_objects("client", job, 1, "tenant-a"), 600)
+    urls = presign(store, *step_objects("client", tenant_view(job, "tenant-a"), 1), 600)
     manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(tenant), urls,
                                   run_key="r1")
     # A quick container instead of the training step: what is tested is the re-attach.
@@ -168,7 +169,7 @@ def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
 def quick_manifest(job: JobConfig, namespace: str, exit_code: int, run_key: str = "") -> dict:
     """The launcher's manifest for tenant-a's client step, its container exiting with a code."""
     store = layout.JobStores(job).exchange("tenant-a")
-    urls = presign(store, *step_objects("client", job, 1, "tenant-a"), 600)
+    urls = presign(store, *step_objects("client", tenant_view(job, "tenant-a"), 1), 600)
     manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(job.tenants[0]),
                                   urls, run_key=run_key or f"exit-{exit_code}",
                                   settings=LauncherSettings(backoff_limit=1))
