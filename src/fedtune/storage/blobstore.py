@@ -137,7 +137,7 @@ class BlobStore(ABC):
             # The same bytes are already stored whole: leave them be. Two tasks that publish one
             # deterministic message at once (the per-tenant final steps of a KFP run) then never
             # take the checksum away from each other's readers.
-            killpoints.stored(name)
+            killpoints.stored(f"{self.uri}/{key}")  # the full location: a tenant store is rooted at its prefix
             return len(data)
         if recorded is not None:
             # Sidecar off first, so that while the blob is being replaced readers see the key
@@ -148,7 +148,7 @@ class BlobStore(ABC):
         self._write(name, data)
         self._write(name + SIDECAR_SUFFIX, digest)
         logger.debug("wrote %s/%s (%d bytes)", self.uri, key, len(data))
-        killpoints.stored(name)
+        killpoints.stored(f"{self.uri}/{key}")  # the full location: a tenant store is rooted at its prefix
         return len(data)
 
     def get_bytes(self, key: str, *, verify: bool = True) -> bytes:
