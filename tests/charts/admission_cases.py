@@ -15,7 +15,11 @@ from typing import Any
 from chart_helpers import VALUES_DIR, Rendered, load_yaml
 
 from fedtune.config import parse_job
-from fedtune.engines.launcher_manifest import build_job_manifest, load_deployment
+from fedtune.engines.launcher_manifest import (
+    build_job_manifest,
+    build_urls_secret,
+    load_deployment,
+)
 from fedtune.entrypoints.tenant_io import StepKind
 from tests.kfp.conftest import cluster_job_dict
 
@@ -54,8 +58,16 @@ def launcher_manifest(tenants_file: Path, tenant: str, kind: StepKind = "client"
     job = parse_job(raw)
     entry = next(t for t in job.tenants if t.name == tenant)
     deployment = load_deployment(entry, str(tenants_file))
-    urls = {"get": {"k": "https://x/get"}, "put": {"k": "https://x/put"}}
-    return build_job_manifest(job, tenant, kind, 1, deployment, urls, run_key="run")
+    return build_job_manifest(job, tenant, kind, 1, deployment, run_key="run")
+
+
+URLS = {"get": {"k": "https://x/get?X-Amz-Signature=1"}, "put": {"k": "https://x/put"}}
+JOB_UID = "5f0e7a52-8c1d-4f55-9a37-2f1e0c6b9d11"
+
+
+def launcher_secret(job: Manifest, uid: str = JOB_UID) -> Manifest:
+    """The URL Secret the real launcher creates for ``job`` once the API server gave it a uid."""
+    return build_urls_secret({**job, "metadata": {**job["metadata"], "uid": uid}}, URLS)
 
 
 def misused(manifest: Manifest, case: str) -> Manifest:
@@ -81,6 +93,22 @@ def _append(
     path: Callable[[Manifest], dict[str, Any]], key: str, item: Any
 ) -> Callable[[Manifest], None]:
     return lambda m: path(m).setdefault(key, []).append(item)
+
+
+def _presigned(m: Manifest) -> dict[str, Any]:
+    return next(e for e in container_of(m)["env"] if e["name"] == "FEDTUNE_PRESIGNED")
+
+
+def _own_urls_as(variable: str) -> Callable[[Manifest], None]:
+    """Another variable from the Job's own URL Secret."""
+    return lambda m: container_of(m)["env"].append(
+        {
+            "name": variable,
+            "valueFrom": {
+                "secretKeyRef": {"name": m["metadata"]["name"] + "-urls", "key": "presigned"}
+            },
+        }
+    )
 
 
 def _retag(m: Manifest) -> None:
@@ -173,10 +201,11 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         ),
         (
             "refused environment variable HTTPS_PROXY: a tenant Job sets only "
-            "FEDTUNE_JOB_JSON, FEDTUNE_PRESIGNED, HF_HUB_OFFLINE=1, "
-            "FEDTUNE_S3_ENDPOINT_URL=https://s3.hospital-a.example, cache locations under /tmp "
-            "and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION, "
-            "AWS_ENDPOINT_URL_S3 from keys of Secret hospital-a-bucket"
+            "FEDTUNE_JOB_JSON, HF_HUB_OFFLINE=1, "
+            "FEDTUNE_S3_ENDPOINT_URL=https://s3.hospital-a.example, cache locations under /tmp, "
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION, "
+            "AWS_ENDPOINT_URL_S3 from their own keys of Secret hospital-a-bucket and "
+            "FEDTUNE_PRESIGNED from key presigned of the Job's Secret <job name>-urls"
         ),
     ),
     "own-secret-as-other-variable": (
@@ -189,6 +218,42 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
             },
         ),
         "refused environment variable PYTHONPATH",
+    ),
+    # The pre-signed URLs: only from the Job's own Secret, under its one key.
+    "presigned-as-plain-value": (
+        lambda m: (_presigned(m).pop("valueFrom"), _presigned(m).update(value="{}")),
+        "refused environment variable FEDTUNE_PRESIGNED",
+    ),
+    "presigned-from-the-bucket-secret": (
+        lambda m: _presigned(m)["valueFrom"]["secretKeyRef"].update(
+            name="hospital-a-bucket", key="secret-access-key"
+        ),
+        "refused environment variable FEDTUNE_PRESIGNED",
+    ),
+    "presigned-from-another-jobs-secret": (
+        lambda m: _presigned(m)["valueFrom"]["secretKeyRef"].update(name="other-job-urls"),
+        (
+            "refused a reference to Secret other-job-urls: a tenant Job may read no "
+            "Secret but the bucket Secret hospital-a-bucket"
+        ),
+    ),
+    "presigned-from-another-secret": (
+        lambda m: _presigned(m)["valueFrom"]["secretKeyRef"].update(name="hospital-a-db"),
+        "refused a reference to Secret hospital-a-db",
+    ),
+    "presigned-under-another-key": (
+        lambda m: _presigned(m)["valueFrom"]["secretKeyRef"].update(key="token"),
+        "refused environment variable FEDTUNE_PRESIGNED",
+    ),
+    "url-secret-under-another-variable": (
+        _own_urls_as("PYTHONSTARTUP"),
+        "refused environment variable PYTHONSTARTUP",
+    ),
+    "bucket-secret-under-a-wrong-key": (
+        lambda m: next(
+            e for e in container_of(m)["env"] if e["name"] == "AWS_ACCESS_KEY_ID"
+        )["valueFrom"]["secretKeyRef"].update(key="secret-access-key"),
+        "refused environment variable AWS_ACCESS_KEY_ID",
     ),
     "cache-moved-out-of-scratch": (
         lambda m: next(e for e in container_of(m)["env"] if e["name"] == "HF_HOME").update(
@@ -306,3 +371,67 @@ REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
         "refused ServiceAccount or API token",
     ),
 }
+
+
+def _secret_meta(m: Manifest) -> dict[str, Any]:
+    return m["metadata"]
+
+
+def _owner(m: Manifest) -> dict[str, Any]:
+    return m["metadata"]["ownerReferences"][0]
+
+
+# name: (change to the launcher's URL Secret, the start of the message it must be refused with)
+SECRET_REJECTED: dict[str, tuple[Callable[[Manifest], None], str]] = {
+    "not-owned": (
+        lambda m: _secret_meta(m).pop("ownerReferences"),
+        (
+            "refused Secret {name}: the fedtune launcher may create only a Secret named "
+            "<job name>-urls and owned, as controller, by that one batch/v1 Job"
+        ),
+    ),
+    "owned-by-another-kind": (
+        lambda m: _owner(m).update(apiVersion="apps/v1", kind="ReplicaSet"),
+        "refused Secret {name}: the fedtune launcher may create only",
+    ),
+    "not-as-controller": (
+        lambda m: _owner(m).pop("controller"),
+        "refused Secret {name}: the fedtune launcher may create only",
+    ),
+    "two-owners": (
+        lambda m: _secret_meta(m)["ownerReferences"].append(
+            {**_owner(m), "name": "other", "uid": "u2", "controller": False}
+        ),
+        "refused Secret {name}: the fedtune launcher may create only",
+    ),
+    "named-after-no-job": (
+        lambda m: _secret_meta(m).update(name="hospital-a-bucket"),
+        "refused Secret hospital-a-bucket: the fedtune launcher may create only",
+    ),
+    "service-account-token": (
+        lambda m: (
+            m.update(type="kubernetes.io/service-account-token"),
+            _secret_meta(m).setdefault("annotations", {}).update(
+                {"kubernetes.io/service-account.name": "fedtune-tenant"}
+            ),
+        ),
+        (
+            "refused Secret {name}: a Job's URL Secret is immutable, of type Opaque, with the "
+            "one key presigned"
+        ),
+    ),
+    "another-key": (
+        lambda m: m["data"].update({"credentials": "eA=="}),
+        "refused Secret {name}: a Job's URL Secret is immutable",
+    ),
+    "mutable": (lambda m: m.pop("immutable"), "refused Secret {name}: a Job's URL Secret"),
+}
+
+
+def misused_secret(job: Manifest, case: str) -> tuple[Manifest, str]:
+    """The launcher's URL Secret for ``job`` with misuse ``case`` applied, and its message."""
+    secret = copy.deepcopy(launcher_secret(job))
+    change, message = SECRET_REJECTED[case]
+    name = secret["metadata"]["name"]
+    change(secret)
+    return secret, message.format(name=name)

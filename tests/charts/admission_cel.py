@@ -22,18 +22,20 @@ GROUPS = {
     "cronjobs": ("batch", "v1"),
     "pods": ("", "v1"),
     "configmaps": ("", "v1"),
+    "secrets": ("", "v1"),
 }
 
 
-def admission_request(user: str, resource: str) -> dict[str, Any]:
+def admission_request(user: str, resource: str, operation: str | None = None) -> dict[str, Any]:
     """The ``request`` variable of ``user``'s request on ``resource``.
 
-    A plain resource is a CREATE; ``pods/exec`` and the like a CONNECT to that subresource.
+    A plain resource is a CREATE (unless ``operation`` says otherwise); ``pods/exec`` and the
+    like a CONNECT to that subresource.
     """
     name, _, sub = resource.partition("/")
     group, version = GROUPS[name]
     return {
-        "operation": "CONNECT" if sub else "CREATE",
+        "operation": operation or ("CONNECT" if sub else "CREATE"),
         "userInfo": {"username": user},
         "resource": {"group": group, "version": version, "resource": name},
         "subResource": sub,
@@ -71,11 +73,17 @@ class Policy(ABC):
         """(True, value), or (False, error) when the expression failed."""
 
     def review(
-        self, obj: Manifest, *, user: str | None = None, resource: str = "jobs"
+        self,
+        obj: Manifest,
+        *,
+        user: str | None = None,
+        resource: str = "jobs",
+        operation: str | None = None,
     ) -> list[str]:
         """The messages of the failed validations; [] means admitted (or not matched)."""
         self.fallbacks = []
-        activation = self.bind(obj, admission_request(user or self.launcher, resource))
+        request = admission_request(user or self.launcher, resource, operation)
+        activation = self.bind(obj, request)
         for condition in self.match:
             ok, value = self.evaluate(condition, activation)
             if not ok:

@@ -21,11 +21,14 @@ from admission_cases import (
     NAMESPACES,
     REJECTED,
     SCENARIO,
+    SECRET_REJECTED,
     TENANT,
     Manifest,
     container_of,
     launcher_manifest,
+    launcher_secret,
     misused,
+    misused_secret,
     pod_of,
     tenants_file as write_tenants_file,
 )
@@ -117,6 +120,43 @@ def test_a_misused_launcher_right_is_refused(policy: Policy, manifest: Manifest,
     assert policy.fallbacks == []
 
 
+def test_resuming_the_suspended_job_is_admitted(policy: Policy, manifest: Manifest) -> None:
+    """The launcher's patch of ``spec.suspend`` is an UPDATE: the whole Job is judged again."""
+    job = copy.deepcopy(manifest)
+    assert job["spec"]["suspend"] is True
+    job["spec"]["suspend"] = False
+    assert policy.review(_valid(job), operation="UPDATE") == []
+    misused_job = misused(job, "another-image")
+    assert policy.review(misused_job, operation="UPDATE") != []
+
+
+@pytest.mark.parametrize("tenant", sorted(NAMESPACES))
+def test_each_tenants_policy_admits_the_url_secret_of_the_launchers_job(
+    policies: dict[str, Policy], tenants_file: Path, tenant: str
+) -> None:
+    secret = _valid(launcher_secret(launcher_manifest(tenants_file, tenant)))
+    assert policies[tenant].review(secret, resource="secrets") == []
+    assert policies[tenant].fallbacks == []
+
+
+@pytest.mark.parametrize("case", sorted(SECRET_REJECTED))
+def test_a_secret_that_is_not_a_jobs_url_secret_is_refused(
+    policy: Policy, manifest: Manifest, case: str
+) -> None:
+    secret, expected = misused_secret(manifest, case)
+    failed = policy.review(_valid(secret), resource="secrets")
+    assert any(message.startswith(expected) for message in failed), failed
+    assert policy.fallbacks == []
+
+
+def test_the_launcher_may_not_change_a_secret(policy: Policy, manifest: Manifest) -> None:
+    """Its Role has no update; the policy refuses one even if someone widens that Role."""
+    secret = _valid(launcher_secret(manifest))
+    assert [m.split(":")[0] for m in policy.review(secret, resource="secrets", operation="UPDATE")] == [
+        "refused UPDATE of secrets (group '', version v1)"
+    ]
+
+
 def test_an_init_container_is_held_to_the_same_rules(policy: Policy, manifest: Manifest) -> None:
     job = copy.deepcopy(manifest)
     pod_of(job)["initContainers"] = [
@@ -138,7 +178,7 @@ def test_the_launcher_may_create_no_bare_pod(policy: Policy, manifest: Manifest)
     )
     assert policy.review(pod, resource="pods") == [
         "refused CREATE of pods (group '', version v1): the fedtune launcher may only create"
-        " batch/v1 Jobs in the namespace of tenant hospital-a"
+        " batch/v1 Jobs, and each one's URL Secret, in the namespace of tenant hospital-a"
     ]
 
 

@@ -145,7 +145,7 @@ def test_launcher_rbac_is_namespaced_and_exactly_the_launcher_rules(
     assert launcher["metadata"]["namespace"] == NAMESPACE
 
 
-def test_launcher_rules_grant_nothing_beyond_jobs_and_pod_reads() -> None:
+def test_launcher_rules_grant_nothing_beyond_jobs_pod_reads_and_creating_secrets() -> None:
     granted = {
         (g, r, v)
         for rule in LAUNCHER_RULES
@@ -153,7 +153,9 @@ def test_launcher_rules_grant_nothing_beyond_jobs_and_pod_reads() -> None:
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    assert not any(r == "secrets" or "*" in (g, r, v) for g, r, v in granted)
+    assert not any("*" in (g, r, v) for g, r, v in granted)
+    # Secrets: only create (each Job's URL Secret); it never reads or changes one.
+    assert {v for _, r, v in granted if r == "secrets"} == {"create"}
     assert ("batch", "jobs", "create") in granted
     assert not any(r == "pods/log" for _, r, _ in granted)  # pod logs stay the tenant's
     assert not any(

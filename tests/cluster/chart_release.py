@@ -155,9 +155,13 @@ def dry_run_create(api: Any, manifest: dict[str, Any], namespace: str) -> Respon
     """``kubectl create --dry-run=server``: the full admission chain, nothing stored."""
     group_version = manifest["apiVersion"]
     prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-    plural = {"Job": "jobs", "Pod": "pods", "CronJob": "cronjobs", "ConfigMap": "configmaps"}[
-        manifest["kind"]
-    ]
+    plural = {
+        "Job": "jobs",
+        "Pod": "pods",
+        "CronJob": "cronjobs",
+        "ConfigMap": "configmaps",
+        "Secret": "secrets",
+    }[manifest["kind"]]
     return request(
         api,
         "POST",

@@ -32,6 +32,7 @@ from tests.cluster.conftest import Cluster, wait_for
 cases = importlib.import_module("admission_cases")
 NAMESPACES, REJECTED, TENANT = cases.NAMESPACES, cases.REJECTED, cases.TENANT
 launcher_manifest, misused = cases.launcher_manifest, cases.misused
+launcher_secret, misused_secret = cases.launcher_secret, cases.misused_secret
 
 pytestmark = pytest.mark.cluster
 POLICY = f"{RELEASE}-fedtune-{TENANT}-launcher-jobs"
@@ -107,6 +108,38 @@ def test_each_misuse_is_refused_by_the_api_server_with_the_policys_message(
         )
     refusal = _refusal(response)
     assert refusal.startswith(REJECTED[case][1]), refusal
+
+
+def test_the_launchers_job_its_url_secret_and_its_resumption_are_admitted(
+    cluster: Cluster, launcher: Any, tenants_file: Path
+) -> None:
+    """The launcher's three writes, as it makes them: the suspended Job, the Secret it owns
+    (with the uid the API server gave the Job), the patch that resumes it (dry run: no pod)."""
+    from kubernetes import client
+
+    ns = NAMESPACES[TENANT]
+    job = launcher_manifest(tenants_file, TENANT)
+    batch = client.BatchV1Api(launcher)
+    created = launcher.sanitize_for_serialization(batch.create_namespaced_job(ns, job))
+    try:
+        secret = launcher_secret(job, uid=created["metadata"]["uid"])
+        response = dry_run_create(launcher, secret, ns)
+        assert response.status == 201, response.body.get("message")
+        resumed = batch.patch_namespaced_job(
+            job["metadata"]["name"], ns, {"spec": {"suspend": False}}, dry_run="All"
+        )
+        assert resumed.spec.suspend is False
+    finally:
+        cluster.batch.delete_namespaced_job(job["metadata"]["name"], ns)
+
+
+@pytest.mark.parametrize("case", sorted(cases.SECRET_REJECTED))
+def test_each_secret_misuse_is_refused_by_the_api_server_with_the_policys_message(
+    launcher: Any, tenants_file: Path, case: str
+) -> None:
+    secret, expected = misused_secret(launcher_manifest(tenants_file, TENANT), case)
+    refusal = _refusal(dry_run_create(launcher, secret, NAMESPACES[TENANT]))
+    assert refusal.startswith(expected), refusal
 
 
 def test_another_tenants_job_is_refused_in_this_tenants_namespace(
@@ -199,11 +232,13 @@ def test_with_a_widened_role_the_policy_still_refuses_anything_but_jobs(
     }
     assert refusals == {
         "Pod": "refused CREATE of pods (group '', version v1): the fedtune launcher may only "
-        f"create batch/v1 Jobs in the namespace of tenant {TENANT}",
+        f"create batch/v1 Jobs, and each one's URL Secret, in the namespace of tenant {TENANT}",
         "CronJob": "refused CREATE of cronjobs (group 'batch', version v1): the fedtune launcher "
-        f"may only create batch/v1 Jobs in the namespace of tenant {TENANT}",
+        f"may only create batch/v1 Jobs, and each one's URL Secret, in the namespace of tenant "
+        f"{TENANT}",
         "ConfigMap": "refused CREATE of configmaps (group '', version v1): the fedtune launcher "
-        f"may only create batch/v1 Jobs in the namespace of tenant {TENANT}",
+        f"may only create batch/v1 Jobs, and each one's URL Secret, in the namespace of tenant "
+        f"{TENANT}",
     }
     # exec is a CONNECT: the policy answers before the API server looks for the pod.
     exec_response = request(

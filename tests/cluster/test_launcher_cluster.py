@@ -21,7 +21,12 @@ from fedtune.core.errors import (
 )
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import KubernetesJobApi, launch, run_tenant_step
-from fedtune.engines.launcher_manifest import LauncherSettings, build_job_manifest, load_deployment
+from fedtune.engines.launcher_manifest import (
+    LauncherSettings,
+    build_job_manifest,
+    build_urls_secret,
+    load_deployment,
+)
 from fedtune.engines.launcher_rbac import LAUNCHER_RULES
 from fedtune.entrypoints.tenant_io import presign, step_objects
 from tests.cluster.conftest import Cluster, wait_for
@@ -151,27 +156,33 @@ def test_a_retried_launcher_reattaches_to_its_job_and_refuses_another_steps(
     tenant = job.tenants[0]
     store = layout.JobStores(job).exchange("tenant-a")
     urls = presign(store, *step_objects("client", tenant_view(job, "tenant-a"), 1), 600)
-    manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(tenant), urls,
+    manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(tenant),
                                   run_key="r1")
     # A quick container instead of the training step: what is tested is the re-attach.
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     container["command"], container["args"] = ["python", "-c", "pass"], []
     api = KubernetesJobApi()
-    assert api.create_job(ns, manifest)  # the first attempt, then the task was retried
-    outcome = launch(api, manifest, settings=LauncherSettings(poll_s=2))
+    # The first attempt created the Job (suspended) and stopped before handing it its URLs;
+    # the retried task re-attaches, creates its URL Secret and resumes it.
+    assert api.create_job(ns, manifest)
+    outcome = launch(api, manifest, urls, settings=LauncherSettings(poll_s=2))
     assert outcome.reattached and outcome.name == manifest["metadata"]["name"]
     other = copy.deepcopy(manifest)
     other["metadata"]["labels"]["fedtune.io/step-id"] = "0000000000"
     with pytest.raises(ConfigError, match="belongs to another step"):
-        launch(api, other)
+        launch(api, other, urls)
+
+
+def quick_urls(job: JobConfig) -> dict[str, dict[str, str]]:
+    """The pre-signed URLs of tenant-a's round-1 client step."""
+    store = layout.JobStores(job).exchange("tenant-a")
+    return presign(store, *step_objects("client", tenant_view(job, "tenant-a"), 1), 600)
 
 
 def quick_manifest(job: JobConfig, namespace: str, exit_code: int, run_key: str = "") -> dict:
     """The launcher's manifest for tenant-a's client step, its container exiting with a code."""
-    store = layout.JobStores(job).exchange("tenant-a")
-    urls = presign(store, *step_objects("client", tenant_view(job, "tenant-a"), 1), 600)
     manifest = build_job_manifest(job, "tenant-a", "client", 1, load_deployment(job.tenants[0]),
-                                  urls, run_key=run_key or f"exit-{exit_code}",
+                                  run_key=run_key or f"exit-{exit_code}",
                                   settings=LauncherSettings(backoff_limit=1))
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     container["command"] = ["python", "-c", f"raise SystemExit({exit_code})"]
@@ -191,7 +202,7 @@ def test_the_job_controller_retries_an_outage_but_not_a_permanent_error(
         manifest = quick_manifest(job, ns, error.exit_code)
         expected = rf"code {error.exit_code} \({error.__name__}\)"
         with pytest.raises(TenantStepFailed, match=expected) as info:
-            launch(api, manifest, settings=quick)
+            launch(api, manifest, quick_urls(job), settings=quick)
         runs[error.__name__] = [r for r in cluster.runner.records
                                 if r.pod.startswith(manifest["metadata"]["name"])]
         runs[error.__name__ + "-reason"] = str(info.value)
@@ -209,14 +220,16 @@ def test_gpus_are_scheduled_against_the_nodes_capacity(
     inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
     api, quick = KubernetesJobApi(), LauncherSettings(poll_s=2, start_timeout_s=3)
     job = s3_job(tmp_path / "two", monkeypatch, moto_endpoint, ns, resources={"gpu": 2})
-    outcome = launch(api, quick_manifest(job, ns, 0, run_key="two-gpus"), settings=quick)
+    outcome = launch(api, quick_manifest(job, ns, 0, run_key="two-gpus"), quick_urls(job),
+                     settings=quick)
     (pod,) = cluster.core.list_namespaced_pod(ns, label_selector=f"job-name={outcome.name}").items
     assert pod.spec.node_name == controlplane.NODE_NAME
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
     # More GPUs than the node has: the scheduler's reason reaches the provider.
     greedy = s3_job(tmp_path / "eight", monkeypatch, moto_endpoint, ns, resources={"gpu": 8})
     with pytest.raises(FedtuneError, match="Unschedulable: .*Insufficient nvidia.com/gpu"):
-        launch(api, quick_manifest(greedy, ns, 0, run_key="eight-gpus"), settings=quick)
+        launch(api, quick_manifest(greedy, ns, 0, run_key="eight-gpus"), quick_urls(greedy),
+               settings=quick)
 
 
 def test_the_launcher_asks_for_exactly_the_permissions_its_role_grants(
@@ -231,8 +244,13 @@ def test_the_launcher_asks_for_exactly_the_permissions_its_role_grants(
     manifest = quick_manifest(job, ns, 0, run_key="every-call")
     name = manifest["metadata"]["name"]
     listed: dict[str, str] = {}
+    created: dict[str, dict] = {}
     calls = {
-        "create_job": lambda: api.create_job(ns, manifest),
+        "create_job": lambda: created.update(job=api.create_job(ns, manifest) or {}),
+        "create_secret": lambda: api.create_secret(
+            ns, build_urls_secret(created["job"], quick_urls(job))
+        ),
+        "resume_job": lambda: api.resume_job(ns, name),
         "read_job": lambda: api.read_job(ns, name),
         "list_job": lambda: listed.update(job=api.list_job(ns, name)[1]),
         "watch_job": lambda: api.watch_job(ns, name, listed["job"], 1),
@@ -253,3 +271,47 @@ def test_the_launcher_asks_for_exactly_the_permissions_its_role_grants(
     granted = {(g, r, v) for rule in LAUNCHER_RULES for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert set().union(*used.values()) == granted
+
+
+def test_the_urls_reach_the_pod_from_the_jobs_secret_and_go_with_the_job(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    """Who may get Jobs or pods in the tenant namespace reads no URL; the Secret that holds
+    them is owned by the Job, and the garbage collector deletes it with the Job."""
+    import hashlib
+    import json
+
+    ns = install_tenant(cluster, "url-secret")
+    job = s3_job(tmp_path, monkeypatch, moto_endpoint, ns)
+    inside_a_kfp_task(monkeypatch, cluster, tmp_path, {"tenant-a": ns})
+    api, urls = KubernetesJobApi(), quick_urls(job)
+    manifest = quick_manifest(job, ns, 0, run_key="url-secret")
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    # The pod proves it got the URLs: it exits 0 only when its env holds exactly them (their
+    # digest: the command is part of the Job, too).
+    digest = hashlib.sha256(json.dumps(urls, sort_keys=True).encode()).hexdigest()
+    container["command"] = ["python", "-c", (
+        "import hashlib, os, sys; value = os.environ['FEDTUNE_PRESIGNED'].encode(); "
+        f"sys.exit(0 if hashlib.sha256(value).hexdigest() == {digest!r} else 9)"
+    )]
+    outcome = launch(api, manifest, urls, settings=LauncherSettings(poll_s=2))
+    plain = cluster.api.sanitize_for_serialization
+    stored_job = plain(cluster.batch.read_namespaced_job(outcome.name, ns))
+    (pod,) = cluster.core.list_namespaced_pod(ns, label_selector=f"job-name={outcome.name}").items
+    for what, doc in (("Job", stored_job), ("pod", plain(pod))):
+        text = json.dumps(doc)
+        assert "X-Amz-Signature" not in text, what
+        assert not any(u in text for g in urls.values() for u in g.values()), what
+    secret = cluster.core.read_namespaced_secret(f"{outcome.name}-urls", ns)
+    (owner,) = secret.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "Job", outcome.name, stored_job["metadata"]["uid"], True
+    )
+    api.delete_job(ns, outcome.name)
+
+    def collected() -> bool:
+        names = [s.metadata.name for s in cluster.core.list_namespaced_secret(ns).items]
+        return f"{outcome.name}-urls" not in names
+
+    wait_for(collected, "the garbage collector to delete the Job's URL Secret", timeout_s=60)
+

@@ -135,8 +135,10 @@ def run_on_the_cluster(
     assert len(jobs) == job.rounds * steps_per_round * len(TENANTS)
     for namespaced in jobs:
         ns, name = namespaced.split("/")
-        status = platform.batch.read_namespaced_job(name, ns).status
-        assert any(c.type == "Complete" and c.status == "True" for c in status.conditions)
+        stored = platform.batch.read_namespaced_job(name, ns)
+        assert any(c.type == "Complete" and c.status == "True" for c in stored.status.conditions)
+        # Its URLs were in its own Secret, never in the Job that `get jobs` shows.
+        assert "X-Amz-Signature" not in json.dumps(platform.api.sanitize_for_serialization(stored))
     # Each pod had its own bucket credentials and the pre-signed URLs; no provider secret and
     # no way to the exchange store but those URLs.
     for r in runs:

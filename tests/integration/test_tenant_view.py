@@ -10,6 +10,7 @@ step can read).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -26,7 +27,11 @@ from fedtune.config.job import JobConfig
 from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import ConfigError
 from fedtune.engines import layout, steps
-from fedtune.engines.launcher_manifest import TenantDeployment, build_job_manifest
+from fedtune.engines.launcher_manifest import (
+    TenantDeployment,
+    build_job_manifest,
+    build_urls_secret,
+)
 from fedtune.entrypoints.tenant_io import step_objects
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_boundary import CLIENT_CASES, FEDMKT_SMALL
@@ -226,8 +231,14 @@ def test_nothing_outside_the_view_reaches_the_view_or_the_pod(
         gets, puts = step_objects(kind, tenant_view(job, ME), round_index)
         urls = {"get": {k: f"https://exchange.invalid/{k}" for k in gets},
                 "put": {k: f"https://exchange.invalid/{k}" for k in puts}}
-        manifest = build_job_manifest(job, ME, kind, round_index, deployment, urls, run_key="run")
+        manifest = build_job_manifest(job, ME, kind, round_index, deployment, run_key="run")
         assert_no_marker(json.dumps(manifest), markers, f"the {kind} pod's manifest")
+        # The URLs reach the pod through the Job's own Secret, never the Job (or its pods).
+        secret = build_urls_secret({**manifest, "metadata": {**manifest["metadata"], "uid": "u"}}, urls)
+        payload = base64.b64decode(secret["data"]["presigned"]).decode()
+        assert_no_marker(json.dumps(secret) + payload, markers, f"the {kind} pod's URL Secret")
+        assert json.loads(payload) == urls
+        assert not any(u in json.dumps(manifest) for g in urls.values() for u in g.values())
 
 
 def exchange_files(job: JobConfig, tenant: str) -> dict[str, bytes]:

@@ -2,12 +2,14 @@
 
 It implements :class:`fedtune.engines.launcher.JobApi`: each ``watch_*`` call moves the
 scripted Job to its next state and advances a fake clock by the watch's timeout, so wait-loop
-tests take no wall time. Every call is recorded by method name, which the RBAC test maps to
+tests take no wall time. A Job created suspended runs only once resumed, and its pod sees
+``secretKeyRef`` env of the Secrets created here resolved, as a kubelet would give it. Every call is recorded by method name, which the RBAC test maps to
 the permissions the real client needs.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +97,7 @@ class FakeJobApi:
     calls: list[str] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name, as created
     _index: int = 0
     _body: dict[str, Any] | None = None
 
@@ -105,15 +108,46 @@ class FakeJobApi:
         self.clock.now += timeout_s
         self._index += 1
 
-    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         self.calls.append("create_job")
         if self.existing is not None:
-            return False
+            return None
         self._body = copy.deepcopy(body)
+        self._body["metadata"]["uid"] = f"uid-{len(self.created)}"
         self.created.append(self._body)
-        if self.on_create:
-            self.states = self.on_create(self._body)
+        if not self._body["spec"].get("suspend"):
+            self._run()
+        return copy.deepcopy(self._body)
+
+    def resume_job(self, namespace: str, name: str) -> None:
+        self.calls.append("resume_job")
+        job = self.existing if self.existing is not None else self._body
+        assert job is not None and job["metadata"]["name"] == name
+        job["spec"]["suspend"] = False
+        if job is self._body:
+            self._run()
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.calls.append("create_secret")
+        name = body["metadata"]["name"]
+        if name in self.secrets:
+            return False
+        self.secrets[name] = copy.deepcopy(body)
         return True
+
+    def _run(self) -> None:
+        """The pod of the (running) Job: ``secretKeyRef`` env resolved from the Secrets here."""
+        if not self.on_create or self._body is None:
+            return
+        body = copy.deepcopy(self._body)
+        for container in body["spec"]["template"]["spec"]["containers"]:
+            for item in container.get("env") or []:
+                ref = (item.get("valueFrom") or {}).get("secretKeyRef") or {}
+                data = (self.secrets.get(ref.get("name", "")) or {}).get("data") or {}
+                if ref.get("key") in data:
+                    item.pop("valueFrom")
+                    item["value"] = base64.b64decode(data[ref["key"]]).decode()
+        self.states = self.on_create(body)
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append("read_job")

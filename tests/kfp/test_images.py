@@ -101,10 +101,9 @@ def test_image_ref_prefers_the_digest() -> None:
 
 def test_tenant_jobs_run_the_charts_image_else_the_compiled_one(monkeypatch: pytest.MonkeyPatch) -> None:
     job = parse_job(cluster_job_dict())
-    urls: dict[str, dict[str, str]] = {"get": {}, "put": {}}
 
     def image(deployment: TenantDeployment) -> str:
-        m = build_job_manifest(job, "tenant-a", "client", 1, deployment, urls)
+        m = build_job_manifest(job, "tenant-a", "client", 1, deployment)
         return str(m["spec"]["template"]["spec"]["containers"][0]["image"])
 
     compiled = f"{REG}/fedtune-gpu@{GPU_DIGEST}"

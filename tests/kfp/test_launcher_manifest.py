@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from fedtune.engines.launcher_manifest import (
     LauncherSettings,
     TenantDeployment,
     build_job_manifest,
+    build_urls_secret,
     job_name,
     load_deployment,
     load_settings,
@@ -60,7 +62,6 @@ def manifest(**kwargs: Any) -> dict[str, Any]:
         "kind": "client",
         "round_index": 3,
         "deployment": DEPLOYMENT,
-        "urls": URLS,
         "run_key": "run-42",
         "settings": LauncherSettings(backoff_limit=1, active_deadline_s=7200, ttl_s=600),
     }
@@ -86,7 +87,7 @@ def test_job_runs_in_the_tenants_namespace_under_a_deterministic_dns_name() -> N
     assert name == manifest()["metadata"]["name"]  # a retry computes the same name
     assert name != manifest(run_key="run-43")["metadata"]["name"]  # a new run does not
     assert name != manifest(round_index=4)["metadata"]["name"]
-    assert name != manifest(tenant_name="tenant-b", urls=URLS)["metadata"]["name"]
+    assert name != manifest(tenant_name="tenant-b")["metadata"]["name"]
     labels = m["metadata"]["labels"]
     assert labels["fedtune.io/tenant"] == "tenant-a" and labels["fedtune.io/round"] == "3"
     assert m["spec"]["template"]["metadata"]["labels"] == labels
@@ -117,7 +118,9 @@ def test_tenant_bucket_secret_keys_reach_boto3_by_name_and_no_provider_credentia
     refs = {
         e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e
     }
+    urls_secret = f"{m['metadata']['name']}-urls"
     assert refs == {
+        "FEDTUNE_PRESIGNED": {"name": urls_secret, "key": "presigned"},
         "AWS_ACCESS_KEY_ID": {"name": "tenant-a-bucket", "key": "access-key-id"},
         "AWS_SECRET_ACCESS_KEY": {"name": "tenant-a-bucket", "key": "secret-access-key"},
         "AWS_SESSION_TOKEN": {"name": "tenant-a-bucket", "key": "session-token", "optional": True},
@@ -126,11 +129,43 @@ def test_tenant_bucket_secret_keys_reach_boto3_by_name_and_no_provider_credentia
     }
     env = env_of(m)
     assert env["FEDTUNE_S3_ENDPOINT_URL"] == "https://s3.tenant-a.example"  # the tenant's own
-    assert json.loads(env["FEDTUNE_PRESIGNED"]) == URLS
     text = json.dumps(m)
     assert "PROVIDER-KEY-ID" not in text and "provider-secret-never-shipped" not in text
     secrets = {r["name"] for r in refs.values()}
-    assert secrets == {"tenant-a-bucket"}  # no key of any other Secret
+    assert secrets == {"tenant-a-bucket", urls_secret}  # no key of any other Secret
+
+
+def created(m: dict[str, Any], uid: str = "0b6f-job-uid") -> dict[str, Any]:
+    """The Job as the API server returns it on create: with its uid."""
+    return {**m, "metadata": {**m["metadata"], "uid": uid}}
+
+
+def test_the_urls_are_not_in_the_job_but_in_a_secret_the_job_owns() -> None:
+    """Whoever may `get jobs` or `get pods` reads a Job's env: the URLs sit in a Secret."""
+    m = manifest()
+    assert m["spec"]["suspend"] is True  # resumed once its Secret exists
+    text = json.dumps(m)
+    for url in [*URLS["get"].values(), *URLS["put"].values()]:
+        assert url not in text
+    secret = build_urls_secret(created(m), URLS)
+    name = m["metadata"]["name"]
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "Opaque")
+    assert secret["metadata"]["name"] == f"{name}-urls"
+    assert secret["metadata"]["namespace"] == m["metadata"]["namespace"]
+    assert secret["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "0b6f-job-uid",
+         "controller": True}
+    ]
+    assert secret["immutable"] is True
+    assert list(secret["data"]) == ["presigned"]
+    assert json.loads(base64.b64decode(secret["data"]["presigned"])) == URLS
+    # The pod reads exactly that key of exactly that Secret.
+    ref = next(e for e in container(m)["env"] if e["name"] == "FEDTUNE_PRESIGNED")
+    assert ref == {
+        "name": "FEDTUNE_PRESIGNED",
+        "valueFrom": {"secretKeyRef": {"name": f"{name}-urls", "key": "presigned"}},
+    }
+    kubernetes_validate.validate(secret, "1.30", strict=True)
 
 
 def test_root_filesystem_is_read_only_and_caches_live_in_the_scratch_volume() -> None:

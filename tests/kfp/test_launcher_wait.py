@@ -21,6 +21,7 @@ from tests.kfp.fake_k8s import FakeClock, FakeJobApi, State, job_status, pod
 
 SETTINGS = LauncherSettings(active_deadline_s=60, grace_s=30, poll_s=10)
 NS = "fedtune-tenant-a"
+URLS = {"get": {"a.bin": "https://exchange.example/a?sig=1"}, "put": {}}
 
 
 def the_manifest() -> dict[str, Any]:
@@ -32,7 +33,6 @@ def the_manifest() -> dict[str, Any]:
         "client",
         1,
         deployment,
-        {"get": {}, "put": {}},
         run_key="run-1",
         settings=SETTINGS,
     )
@@ -47,7 +47,7 @@ def run_success() -> FakeJobApi:
             State(job_status("Complete", succeeded=1), [pod("p1", phase="Succeeded", exit_code=0)]),
         ]
     )
-    outcome = launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    outcome = launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
     assert not outcome.reattached and outcome.namespace == NS
     assert outcome.seconds == pytest.approx(30.0)  # three 10 s waits of the fake clock
     return api
@@ -78,7 +78,7 @@ def run_failure(message: str | None = '{"kind": "DataError", "record": 7}') -> t
         ],
     )
     with pytest.raises(FedtuneError) as info:
-        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
     return api, info.value
 
 
@@ -86,17 +86,25 @@ def run_timeout() -> tuple[FakeJobApi, FedtuneError]:
     stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes have nvidia.com/gpu")
     api = FakeJobApi([State(job_status(active=1), [stuck])])
     with pytest.raises(FedtuneError) as info:
-        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
     return api, info.value
 
 
+def running(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The Job as an earlier attempt left it: created (a uid) and resumed."""
+    job = copy.deepcopy(manifest)
+    job["metadata"]["uid"] = "uid-earlier"
+    job["spec"]["suspend"] = False
+    return job
+
+
 def run_reattach() -> FakeJobApi:
-    existing = copy.deepcopy(the_manifest())
+    existing = running(the_manifest())
     api = FakeJobApi(
         [State(job_status(active=1), [pod("p1")]), State(job_status("Complete", succeeded=1))],
         existing=existing,
     )
-    outcome = launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+    outcome = launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
     assert outcome.reattached
     return api
 
@@ -164,7 +172,7 @@ def run_quota_rejection() -> tuple[FakeJobApi, FedtuneError]:
         [State(job_status(active=0)), State(job_status(), events=[failed_create(QUOTA)])]
     )
     with pytest.raises(FedtuneError) as info:
-        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SLOW_START, clock=api.clock)
     return api, info.value
 
 
@@ -184,11 +192,11 @@ def test_an_admission_denial_or_unschedulable_pod_fails_the_same_way() -> None:
     )
     api = FakeJobApi([State(job_status(), events=[denied])])
     with pytest.raises(FedtuneError, match='violates PodSecurity "restricted:latest"'):
-        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SLOW_START, clock=api.clock)
     stuck = pod("p1", phase="Pending", unschedulable="0/3 nodes are available: 3 Insufficient gpu")
     api = FakeJobApi([State(job_status(active=1), [stuck])])
     with pytest.raises(FedtuneError, match="Unschedulable: 0/3 nodes are available"):
-        launch(api, the_manifest(), settings=SLOW_START, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SLOW_START, clock=api.clock)
     assert api.clock.now - FakeClock().now <= 120 + 10
 
 
@@ -202,7 +210,7 @@ def test_a_pod_that_is_scheduled_late_is_not_failed() -> None:
             State(job_status("Complete", succeeded=1), [pod("p1", phase="Succeeded")]),
         ]
     )
-    assert launch(api, the_manifest(), settings=SLOW_START, clock=api.clock).seconds == 130
+    assert launch(api, the_manifest(), URLS, settings=SLOW_START, clock=api.clock).seconds == 130
 
 
 def test_a_pod_that_cannot_start_fails_fast_and_names_the_missing_secret() -> None:
@@ -212,15 +220,52 @@ def test_a_pod_that_cannot_start_fails_fast_and_names_the_missing_secret() -> No
     }
     api = FakeJobApi([State(job_status(active=1), [pod("p1", phase="Pending", waiting=waiting)])])
     with pytest.raises(FedtuneError, match='secret "tenant-a-bucket" not found') as info:
-        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
     assert api.deleted and api.calls.count("watch_pods") == 0
     assert "bucket Secret" in info.value.fix
 
 
 def test_retry_reattaches_to_the_existing_job_instead_of_starting_another() -> None:
     api = run_reattach()
-    assert api.created == []  # nothing new was created
+    assert api.created == [] and api.secrets == {}  # nothing new was created
     assert api.calls[:2] == ["create_job", "read_job"]
+    assert "resume_job" not in api.calls  # it runs already
+
+
+def test_the_job_is_created_suspended_and_resumed_once_its_url_secret_exists() -> None:
+    api = run_success()
+    assert api.calls[:3] == ["create_job", "create_secret", "resume_job"]
+    (job,) = api.created
+    (secret,) = api.secrets.values()
+    assert secret["metadata"]["name"] == f"{job['metadata']['name']}-urls"
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "Job", job["metadata"]["name"], job["metadata"]["uid"]
+    )
+    assert job["spec"]["suspend"] is False
+
+
+def test_a_retry_resumes_a_job_an_earlier_attempt_left_suspended() -> None:
+    """The earlier attempt stopped between creating the Job and resuming it."""
+    left = the_manifest()
+    left["metadata"]["uid"] = "uid-earlier"
+    api = FakeJobApi([State(job_status("Complete", succeeded=1))], existing=left)
+    api.secrets[f"{left['metadata']['name']}-urls"] = {"data": {}}  # it got that far, too
+    assert launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock).reattached
+    assert api.calls[:4] == ["create_job", "read_job", "create_secret", "resume_job"]
+    assert left["spec"]["suspend"] is False
+
+
+def test_a_secret_in_the_way_of_a_new_job_is_refused_and_the_job_deleted() -> None:
+    """A Secret of that name that the launcher did not make with this Job (it cannot read
+    it to check): the pod would read URLs that someone else chose."""
+    api = FakeJobApi([State(job_status(active=1))])
+    name = the_manifest()["metadata"]["name"]
+    api.secrets[f"{name}-urls"] = {"data": {}}
+    with pytest.raises(ConfigError, match=f"Secret {NS}/{name}-urls exists already") as info:
+        launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
+    assert f"kubectl -n {NS} delete secret {name}-urls" in info.value.fix
+    assert api.deleted == [name] and "resume_job" not in api.calls
 
 
 def test_reattach_refuses_a_job_of_another_step() -> None:
@@ -228,7 +273,7 @@ def test_reattach_refuses_a_job_of_another_step() -> None:
     other["metadata"]["labels"]["fedtune.io/step-id"] = "0000000000"
     api = FakeJobApi([State(job_status(active=1))], existing=other)
     with pytest.raises(ConfigError, match="belongs to another step"):
-        launch(api, the_manifest(), settings=SETTINGS, clock=api.clock)
+        launch(api, the_manifest(), URLS, settings=SETTINGS, clock=api.clock)
 
 
 def test_a_job_that_vanishes_is_reported() -> None:
@@ -265,7 +310,8 @@ def test_the_permissions_the_launcher_uses_are_exactly_launcher_rules() -> None:
     granted = _expand(LAUNCHER_RULES)
     assert needed == granted
     assert not any(resource == "pods/log" for _, resource, _ in granted)  # logs stay the tenant's
-    assert not any(resource == "secrets" for _, resource, _ in _expand(LAUNCHER_RULES))
+    # Secrets: create only (each Job's URL Secret); never read, list or change one.
+    assert {v for _, r, v in granted if r == "secrets"} == {"create"}
 
 
 # -- the Kubernetes client boundary --------------------------------------------------------------

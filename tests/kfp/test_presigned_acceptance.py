@@ -32,8 +32,8 @@ SETTINGS = LauncherSettings(active_deadline_s=900, grace_s=120)
 
 def launch_client_steps(
     job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, dict[str, Any]]:
-    """Run round 1's client step of both tenants in pods; return each one's Job manifest."""
+) -> dict[str, FakeJobApi]:
+    """Run round 1's client step of both tenants in pods; return each one's (fake) API."""
     manifests = {}
     for tenant in ("tenant-a", "tenant-b"):
         api = FakeJobApi([], on_create=PodRunner(monkeypatch))
@@ -41,15 +41,20 @@ def launch_client_steps(
             job, "client", 1, tenant, run_key="run-1", api=api, settings=SETTINGS,
             tenants_file=tenants_file(tmp_path), force_cluster=True, clock=FakeClock(),
         )
-        (manifests[tenant],) = api.created
+        manifests[tenant] = api
     return manifests
 
 
-def urls_of(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
+def urls_of(api: FakeJobApi) -> dict[str, dict[str, str]]:
+    """The URLs the launcher handed its one Job, from the Secret the pod reads them from."""
+    import base64
     import json
 
-    (container,) = manifest["spec"]["template"]["spec"]["containers"]
-    return json.loads(next(e["value"] for e in container["env"] if e["name"] == PRESIGNED_ENV))
+    (job,) = api.created
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    ref = next(e for e in container["env"] if e["name"] == PRESIGNED_ENV)
+    ref = ref["valueFrom"]["secretKeyRef"]
+    return json.loads(base64.b64decode(api.secrets[ref["name"]]["data"][ref["key"]]))
 
 
 def put(url: str, data: bytes) -> None:
@@ -63,9 +68,9 @@ def test_every_url_expires_with_the_step(
     s3_job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     manifests = launch_client_steps(s3_job, tmp_path, monkeypatch)
-    for manifest in manifests.values():
-        assert manifest["spec"]["activeDeadlineSeconds"] == 900
-        urls = urls_of(manifest)
+    for api in manifests.values():
+        assert api.created[0]["spec"]["activeDeadlineSeconds"] == 900
+        urls = urls_of(api)
         lifetimes = {
             int(parse_qs(urlsplit(u).query)["X-Amz-Expires"][0])
             for group in urls.values() for u in group.values()
@@ -173,7 +178,7 @@ def test_a_masked_upload_replaced_after_acceptance_stops_the_secure_round(
                     tenants_file=tenants_file(tmp_path), force_cluster=True, clock=FakeClock(),
                 )
                 if task.kind == "client":
-                    client_urls[task.tenant] = urls_of(api.created[0])["put"]
+                    client_urls[task.tenant] = urls_of(api)["put"]
                 out[task.tenant] = Outcome(task, result)
                 done(out[task.tenant])
             return out

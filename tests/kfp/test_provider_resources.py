@@ -204,10 +204,9 @@ def test_a_tenant_job_that_requests_gpus_runs_the_gpu_image() -> None:
     raw = cluster_job_dict(provider=GPU_PROVIDER)
     raw["tenants"][0]["resources"] = {"gpu": 2, "tolerations": [TOLERATION]}
     job = parse_job(raw)
-    urls: dict[str, dict[str, str]] = {"get": {}, "put": {}}
 
     def container(deployment: TenantDeployment) -> dict[str, Any]:
-        m = build_job_manifest(job, "tenant-a", "client", 1, deployment, urls, run_key="r")
+        m = build_job_manifest(job, "tenant-a", "client", 1, deployment, run_key="r")
         (only,) = m["spec"]["template"]["spec"]["containers"]
         return only
 

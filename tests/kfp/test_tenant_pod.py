@@ -5,6 +5,7 @@ environment and without the provider's credentials.
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
@@ -73,6 +74,7 @@ class PodRunner:
         self.monkeypatch = monkeypatch
         self.exit_codes: list[int] = []
         self.saw_provider_env: list[str] = []
+        self.presigned: list[str] = []  # the URLs each pod got, as its env shows them
 
     def __call__(self, body: dict[str, Any]) -> list[State]:
         (container,) = body["spec"]["template"]["spec"]["containers"]
@@ -87,6 +89,7 @@ class PodRunner:
                 if "value" in item:
                     m.setenv(item["name"], item["value"])
             self.saw_provider_env = [n for n in PROVIDER_ENV if n in os.environ]
+            self.presigned.append(os.environ.get(tenant_io.PRESIGNED_ENV, ""))
             with pytest.raises(SystemExit) as done:
                 module.main(container["args"])
             code = int(done.value.code or 0)
@@ -147,6 +150,28 @@ def test_client_step_runs_in_the_tenant_pod_through_presigned_urls_only(
     )
     assert again["skipped"] and runner.exit_codes == [0]
     assert (again["bytes"], again["raw_bytes"]) == (result["bytes"], result["raw_bytes"])  # as reported
+
+
+def test_no_presigned_url_is_in_the_job_or_its_pod_spec_only_in_the_jobs_secret(
+    s3_job: JobConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Who may `get jobs` or `get pods` in the tenant's namespace reads their env: the URLs,
+    bearer credentials for the step's objects, reach the pod only from a Secret of the Job."""
+    runner = PodRunner(monkeypatch)
+    api = launched(runner)
+    run_tenant_step(
+        s3_job, "client", 1, "tenant-a", run_key="run-1", api=api,
+        tenants_file=tenants_file(tmp_path), force_cluster=True, clock=FakeClock(),
+    )
+    (got,) = runner.presigned
+    urls = [u for group in json.loads(got).values() for u in group.values()]
+    assert urls and all("X-Amz-Signature=" in u for u in urls)  # the pod did get them
+    (job,) = api.created  # its template is every pod's spec
+    text = json.dumps(job)
+    assert "X-Amz-Signature" not in text and not any(u in text for u in urls)
+    (secret,) = api.secrets.values()
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert json.loads(base64.b64decode(secret["data"]["presigned"])) == json.loads(got)
 
 
 def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(

@@ -5,7 +5,8 @@ in the tenant's own namespace. So the client-step and evaluate components call
 :func:`run_tenant_step`: inside a cluster (``$KUBERNETES_SERVICE_HOST`` set) it creates a Job
 there — the project image, the tenant's bucket Secret from its own namespace, node selector,
 tolerations and GPU limit from the tenant's settings, pre-signed URLs for exactly the objects
-the step reads and writes — waits for it and returns what the step did; outside a cluster it
+the step reads and writes (in a Secret owned by the Job, never in the Job itself) — waits for
+it and returns what the step did; outside a cluster it
 runs the step in-process. The Job's name is derived from (job, step, round, tenant, KFP run),
 so a retried launcher re-attaches to its Job instead of starting a second one.
 
@@ -40,6 +41,7 @@ from fedtune.engines.launcher_manifest import (
     DEFAULT_SETTINGS,
     LauncherSettings,
     build_job_manifest,
+    build_urls_secret,
     load_deployment,
     load_settings,
 )
@@ -78,8 +80,16 @@ def in_cluster() -> bool:
 class JobApi(Protocol):
     """The Kubernetes calls the launcher makes; resources are plain camelCase dicts."""
 
-    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
-        """Create the Job; False when one of that name already exists."""
+    def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create the Job; the created Job (with its uid), or None when one of that name exists."""
+        ...
+
+    def resume_job(self, namespace: str, name: str) -> None:
+        """Set the suspended Job's ``spec.suspend`` to false, so its pod is created."""
+        ...
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create the Secret; False when one of that name already exists."""
         ...
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -318,18 +328,55 @@ def wait_for_job(
             api.watch_job(namespace, name, job_version, timeout)
 
 
+def _hand_over_urls(
+    api: JobApi, job: dict[str, Any], urls: dict[str, dict[str, str]], *, fresh: bool
+) -> None:
+    """Create the suspended Job's URL Secret, owned by it, then resume the Job.
+
+    A re-attached Job still suspended was left by an attempt that stopped in between: its
+    Secret may exist already, which is fine. For a Job just created, an existing Secret of
+    that name is not the launcher's (it cannot read it to check): the Job is deleted.
+    """
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    secret = build_urls_secret(job, urls)
+    if not api.create_secret(namespace, secret) and fresh:
+        api.delete_job(namespace, name)
+        secret_name = secret["metadata"]["name"]
+        raise ConfigError(
+            f"a Secret {namespace}/{secret_name} exists already, so the launcher cannot hand "
+            f"Job {name} its pre-signed URLs; the Job was deleted",
+            fix=f"Delete that Secret (`kubectl -n {namespace} delete secret {secret_name}`) "
+            "and re-run the pipeline: a Job's URL Secret is created with it and deleted with it.",
+        )
+    api.resume_job(namespace, name)
+
+
 def launch(
     api: JobApi,
     manifest: dict[str, Any],
+    urls: dict[str, dict[str, str]],
     *,
     settings: LauncherSettings = DEFAULT_SETTINGS,
     clock: Callable[[], float] = time.monotonic,
 ) -> LaunchOutcome:
-    """Create the Job (or re-attach to the one a previous attempt created) and wait for it."""
+    """Create the Job (or re-attach to the one a previous attempt created), hand it its
+    pre-signed URLs and wait for it.
+
+    The URLs must not sit in the Job: whoever may ``get jobs`` or ``get pods`` in the tenant's
+    namespace would read them. They go into a Secret that the Job owns, so that the garbage
+    collector deletes it with the Job, and an ownerReference needs the Job's uid. So the Job is
+    created suspended, its Secret is created owned by it, and then the Job is resumed
+    (``jobs: patch``). The other order (Secret first, ownerReference patched in afterwards)
+    would need ``secrets: patch``, which would let the launcher change every Secret of the
+    tenant, its bucket credentials included; this way it only ever creates Secrets and never
+    reads one.
+    """
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    reattached = not api.create_job(namespace, manifest)
-    if reattached:
-        existing = api.read_job(namespace, name) or {}
+    created = api.create_job(namespace, manifest)
+    reattached = created is None
+    job = created
+    if created is None:
+        existing = job = api.read_job(namespace, name) or {}
         want = manifest["metadata"]["labels"]["fedtune.io/step-id"]
         have = ((existing.get("metadata") or {}).get("labels") or {}).get("fedtune.io/step-id")
         if have != want:
@@ -341,6 +388,8 @@ def launch(
         log.info("re-attaching to Job %s/%s started by an earlier attempt", namespace, name)
     else:
         log.info("created Job %s/%s", namespace, name)
+    if job and (job.get("spec") or {}).get("suspend"):
+        _hand_over_urls(api, job, urls, fresh=created is not None)
     seconds = wait_for_job(api, namespace, name, settings=settings, clock=clock)
     return LaunchOutcome(namespace=namespace, name=name, seconds=seconds, reattached=reattached)
 
@@ -407,9 +456,9 @@ def run_tenant_step(
     urls = presign(store, gets, puts, settings.url_expiry_s)
     step_round = job.rounds if kind in _FINAL_RESULTS else round_index
     manifest = build_job_manifest(
-        job, tenant, kind, step_round, deployment, urls, run_key=run_key, settings=settings
+        job, tenant, kind, step_round, deployment, run_key=run_key, settings=settings
     )
-    outcome = launch(api or KubernetesJobApi(), manifest, settings=settings, clock=clock)
+    outcome = launch(api or KubernetesJobApi(), manifest, urls, settings=settings, clock=clock)
     where = {"seconds": outcome.seconds, "k8s_job": f"{outcome.namespace}/{outcome.name}"}
     if final_key is not None:
         return accepted(lambda: {final_key[1]: final_result(final_key[0](job.rounds)), **where})
@@ -460,6 +509,8 @@ class KubernetesJobApi:
     #: The RBAC permission (apiGroup, resource, verb) behind each method; see LAUNCHER_RULES.
     PERMISSIONS: ClassVar[dict[str, tuple[str, str, str]]] = {
         "create_job": ("batch", "jobs", "create"),
+        "resume_job": ("batch", "jobs", "patch"),
+        "create_secret": ("", "secrets", "create"),
         "read_job": ("batch", "jobs", "get"),
         "list_job": ("batch", "jobs", "list"),
         "watch_job": ("batch", "jobs", "watch"),
@@ -500,12 +551,28 @@ class KubernetesJobApi:
             if not (missing_ok and exc.status == 404):
                 raise  # transient (5xx, timeouts): the KFP retry re-attaches
 
-    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+    def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
             with self._errors("create jobs", namespace):
-                self._batch.create_namespaced_job(namespace, body)
+                created = self._batch.create_namespaced_job(namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return dict(self._plain(created))
+
+    def resume_job(self, namespace: str, name: str) -> None:
+        with self._errors("patch jobs", namespace):
+            self._batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": False}})
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            with self._errors("create secrets", namespace):
+                self._core.create_namespaced_secret(namespace, body)
         except ApiException as exc:
             if exc.status == 409:
                 return False

@@ -1,14 +1,19 @@
-"""What the tenant launcher creates: the ``batch/v1`` Job of one tenant step, as plain data.
+"""What the tenant launcher creates: the ``batch/v1`` Job of one tenant step and the Secret
+that hands it its pre-signed URLs, as plain data.
 
 Pure functions over the job config and the cluster's tenants file, kept apart from the
 Kubernetes client so that every field can be unit-tested (and read) without a cluster. The
 Job runs in the tenant's namespace with the tenant's own bucket Secret; the provider's
 credentials never appear in it — the pod reaches the exchange store only through the
-pre-signed URLs it is given.
+pre-signed URLs it is given. Those URLs are bearer credentials for the step's objects, so they
+are not in the Job (anyone who may `get jobs` or `get pods` in the tenant's namespace reads a
+Job's env) but in a Secret of their own, named after the Job and owned by it
+(:func:`build_urls_secret`), which the pod reads through ``secretKeyRef``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -59,6 +64,50 @@ TENANT_SECRET_ENV: tuple[tuple[str, str, bool], ...] = (
 
 Mapped one by one with ``secretKeyRef``: ``envFrom`` would export the Secret's own key names,
 which boto3 ignores."""
+
+URLS_SECRET_SUFFIX = "-urls"
+URLS_SECRET_KEY = "presigned"
+"""The Job's URL Secret is ``<job name>-urls`` with the URLs' JSON under this one key; the
+chart's admission policy pins both."""
+
+
+def urls_secret_name(job_name: str) -> str:
+    """The name of the Secret that holds the pre-signed URLs of the Job ``job_name``."""
+    return f"{job_name}{URLS_SECRET_SUFFIX}"
+
+
+def build_urls_secret(job: dict[str, Any], urls: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """The Secret with the Job's pre-signed URLs, owned by the created Job (its ``uid``).
+
+    The ownerReference makes Kubernetes' garbage collector delete the Secret with its Job
+    (the Job's TTL or the launcher's delete), so no URL outlives the Job in the namespace.
+    ``blockOwnerDeletion`` is left out: setting it needs ``update`` on ``jobs/finalizers``.
+    Immutable: the kubelet then stops watching it, and nobody can swap the URLs under the pod.
+    """
+    meta = job["metadata"]
+    payload = json.dumps(urls, sort_keys=True).encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": urls_secret_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "type": "Opaque",
+        "immutable": True,
+        "data": {URLS_SECRET_KEY: base64.b64encode(payload).decode("ascii")},
+    }
+
 
 SCRATCH = "/tmp"
 CACHE_ENV: dict[str, str] = {
@@ -305,12 +354,16 @@ def build_job_manifest(
     kind: StepKind,
     round_index: int,
     deployment: TenantDeployment,
-    urls: dict[str, dict[str, str]],
     *,
     run_key: str = "",
     settings: LauncherSettings = DEFAULT_SETTINGS,
 ) -> dict[str, Any]:
-    """The ``batch/v1`` Job that runs one tenant step in the tenant's namespace."""
+    """The ``batch/v1`` Job that runs one tenant step in the tenant's namespace.
+
+    It is created suspended: its pre-signed URLs go into a Secret owned by it
+    (:func:`build_urls_secret`), which needs the created Job's uid, and the launcher resumes
+    it once that Secret exists (see :func:`fedtune.engines.launcher.launch`).
+    """
     tenant = next(t for t in job.tenants if t.name == tenant_name)
     namespace = _namespace(tenant_name, deployment.namespace)
     name, step_id = job_name(job.name, kind, round_index, tenant_name, run_key)
@@ -332,7 +385,12 @@ def build_job_manifest(
     node_selector, tolerations = _placement(tenant, deployment)
     env: list[dict[str, Any]] = [
         {"name": JOB_ENV, "value": json.dumps(visible_job, sort_keys=True)},
-        {"name": PRESIGNED_ENV, "value": json.dumps(urls, sort_keys=True)},
+        {
+            "name": PRESIGNED_ENV,
+            "valueFrom": {
+                "secretKeyRef": {"name": urls_secret_name(name), "key": URLS_SECRET_KEY}
+            },
+        },
         *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
@@ -382,6 +440,7 @@ def build_job_manifest(
         "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
+            "suspend": True,  # until its URL Secret exists; the launcher resumes it
             "backoffLimit": settings.backoff_limit,
             "podFailurePolicy": pod_failure_policy(container["name"]),
             "activeDeadlineSeconds": settings.active_deadline_s,

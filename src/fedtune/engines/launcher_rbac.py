@@ -10,8 +10,12 @@ A KFP task always runs in the run's namespace, so the client step is a launcher 
 ``batch/v1`` Job in the tenant's namespace and waits for it. It never reads the pod's log:
 a tenant's log may quote its records, and what the provider learns of a failure is the
 redacted termination message in the pod's status (fedtune.core.errors.TenantFailure). These are exactly
-the permissions that takes, and nothing more: no Secrets (the launched pod mounts the tenant's
-bucket Secret itself, so the provider never reads it), no cluster-wide access.
+the permissions that takes, and nothing more: no cluster-wide access, and no reading of
+Secrets (the launched pod mounts the tenant's bucket Secret itself, so the provider never
+reads it). The launcher only *creates* one Secret per Job, the Job's pre-signed URLs, owned by
+the Job; to give it the Job's uid it creates the Job suspended and resumes it (``patch``), see
+:func:`fedtune.engines.launcher.launch`. ``create`` cannot read or change an existing Secret,
+and the tenant's admission policy admits only a Secret named after a Job and owned by it.
 
 The Helm chart renders these rules into one Role per tenant, and the chart tests check that
 every rendered Role equals :data:`LAUNCHER_RULES`; change them here and in
@@ -23,11 +27,18 @@ from __future__ import annotations
 from typing import Final
 
 LAUNCHER_RULES: Final[list[dict[str, list[str]]]] = [
-    # Create the tenant's training Job, follow it to completion, clean it up afterwards.
+    # Create the tenant's training Job (suspended), resume it once its URL Secret exists,
+    # follow it to completion, clean it up afterwards.
     {
         "apiGroups": ["batch"],
         "resources": ["jobs"],
-        "verbs": ["create", "get", "list", "watch", "delete"],
+        "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+    },
+    # The Job's pre-signed URLs, in a Secret owned by the Job: create only, never read.
+    {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "verbs": ["create"],
     },
     # Find the Job's pod and read its status (exit code, termination message); read-only.
     {

@@ -4,7 +4,8 @@ On Kubernetes the provider's launcher never hands a tenant pod the exchange stor
 credentials. It pre-signs a GET URL for each object the step reads (the round's broadcast, or
 the final broadcast for evaluation) and a PUT URL for each object it writes (the tenant's
 update, or its metrics or audit scores), all inside that tenant's exchange prefix and for that one round, and
-passes them in ``$FEDTUNE_PRESIGNED``. The pod mirrors what it reads into
+passes them in ``$FEDTUNE_PRESIGNED``, which the pod's spec maps from the Job's own Secret
+(never a plain value in the Job). The pod mirrors what it reads into
 a private local exchange store, runs the very same step function, then uploads what the step
 wrote, checksum sidecars included, the JSON half of a message last (its presence marks the
 message complete). URLs are capabilities: they are never logged.
