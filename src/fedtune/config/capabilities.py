@@ -58,9 +58,9 @@ class Capabilities:
 
 def sections() -> list[type[StrictModel]]:
     """Every algorithm config section, in the order of the config union."""
-    from fedtune.config.algorithms import AlgorithmConfig
+    from fedtune.config.algorithms import algorithm_sections
 
-    return list(get_args(get_args(AlgorithmConfig)[0]))
+    return list(algorithm_sections())
 
 
 def section_names(section: type[StrictModel]) -> tuple[str, ...]:

@@ -44,10 +44,8 @@ def accept(provider: Store, exchange: Store, tenant: str, keys: list[str]) -> No
         IntegrityError: A blob was accepted before and has changed since.
     """
     for key in keys:
-        if provider.exists(record_key(tenant, key)):
-            verify(provider, exchange, tenant, key)
-            continue
-        provider.put_json(record_key(tenant, key), digest(exchange.get_bytes(key)))
+        if verify(provider, exchange, tenant, key) is None:  # no record yet: this is the first
+            provider.put_json(record_key(tenant, key), digest(exchange.get_bytes(key)))
 
 
 def verify(provider: Store, exchange: Store, tenant: str, key: str) -> bytes | None:

@@ -9,6 +9,8 @@ imports no torch.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,9 +177,6 @@ def keep_failure_details(env: TenantEnv, tag: str, exc: FedtuneError) -> str:
 
 def _keep_locally(tenant: str, tag: str, exc: FedtuneError) -> str:
     """Write the full error to ``$TMPDIR/fedtune-tenant-errors/<tenant>/<tag>.txt`` (0600)."""
-    import os
-    import tempfile
-
     folder = Path(tempfile.gettempdir()) / "fedtune-tenant-errors" / tenant
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{tag}.txt"
