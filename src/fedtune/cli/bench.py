@@ -2,7 +2,8 @@
 
 Kinds: ``engine`` (overhead of one job), ``pretrain`` (task suite and base models),
 ``quality`` (algorithms against their papers' baselines), ``system`` (client step versus a
-bare loop, engine overhead, bytes, server memory). Adding a kind is one ``_add_*`` function
+bare loop, engine overhead, bytes, server memory), ``token-mapping`` (FedMKT's vocabulary
+mapping and alignment across tokenizer families). Adding a kind is one ``_add_*`` function
 and one entry in :data:`BENCH_KINDS`; the library code lives in :mod:`fedtune.benchmarks`.
 """
 
@@ -577,11 +578,43 @@ def _add_system(kinds: Any) -> None:
     p.set_defaults(handler=_bench_system)
 
 
+# -- token-mapping ------------------------------------------------------------------------------
+def _bench_token_mapping(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.provenance import provenance
+    from fedtune.benchmarks.system import device_info
+    from fedtune.benchmarks.token_mapping import run_token_mapping, token_mapping_markdown
+
+    results = run_token_mapping(log=out.print)
+    results["device"] = device_info()
+    results["provenance"] = provenance("fedtune bench token-mapping")
+    results["commit"] = results["provenance"]["measured_at_commit"]
+    out.print(token_mapping_markdown(results))
+    if args.json:
+        _write_json(Path(args.json), results)
+    _record(results, args.record)
+    return 0
+
+
+def _add_token_mapping(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "token-mapping",
+        help="FedMKT's vocabulary mapping and token alignment across four tokenizer families",
+        description="Map and align every ordered pair of MiniLM's WordPiece, a byte-level "
+        "BPE, a SentencePiece-style BPE and the builtin tokenizer: identity on self-mapping, "
+        "word tokens mapped onto byte fragments or special tokens, exact matches kept on "
+        "fixed sentences, mapping and alignment time (seconds, one CPU).",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    _add_record(p, "docs/results/fedmkt-token-mapping.json")
+    p.set_defaults(handler=_bench_token_mapping)
+
+
 BENCH_KINDS: tuple[Callable[[Any], None], ...] = (
     _add_engine,
     _add_pretrain,
     _add_quality,
     _add_system,
+    _add_token_mapping,
 )
 
 

@@ -6,9 +6,20 @@ mapping).
 programming. Moves: one-to-one (cost: edit distance of the two texts), many-to-one (several
 sender tokens against one receiver token, cost: edit distance of their concatenation), one-to-
 many (the reverse), and skipping a token (cost: its length). Texts are compared without
-word-boundary markers, so ``we`` matches ``▁we``. The path is searched in a band of
-``band`` characters around the diagonal of the two texts' character offsets (the texts are
+word-boundary markers, so ``we`` matches ``▁we``, and as the bytes they stand for, so the byte
+pieces of one character joined match it (:func:`~.vocab.join_texts`). The path is searched in
+a band of ``band`` bytes around the diagonal of the two texts' byte offsets (the texts are
 the same, so the optimum never strays far), which makes it linear in the sequence length.
+
+Choices where the paper is silent: a token that is only a word-start marker (``▁`` alone, no
+text once the marker is dropped) is skipped at cost 1 or paired with another marker; it never
+joins a group or pairs with text, where it would cost nothing and turn a neighbouring exact
+match into a one-to-many group. Of equally cheap paths, the one with more exact matches wins
+(an inexact pairing costs 2^-20 more than its distance: ``transfer`` against ``transfer`` +
+``🤖`` costs as much as skipping the emoji, and the exact pair is kept). A group has no fixed size cap: it grows while its bytes are
+fewer than the other token's (a longer group only adds distance), so a word of many pieces
+still forms one group and takes its first piece, and the work per cell stays bounded by the
+token's length.
 
 Which receiver positions get the sender's knowledge follows the appendix: a receiver token
 matched one-to-one takes its sender token's top-k; in a many-to-one group (``util`` + ``ize``
@@ -24,10 +35,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedtune.algorithms.fedmkt.vocab import BOUNDARY
+from fedtune.algorithms.fedmkt.vocab import BOUNDARY, join_texts, to_bytes
 
-MAX_GROUP = 6  # tokens of one side a single token of the other may span
 _INF = float("inf")
+# Added to every inexact pairing: of equally cheap paths the one with more exact matches wins
+# (2^-20 keeps the integer part exact for any sequence a model reads).
+_INEXACT = 2.0**-20
 
 
 def _bare(text: str | None) -> str:
@@ -44,15 +57,17 @@ def align_tokens(
     Args:
         src_tokens: The sender's canonical token texts (:func:`~.vocab.canonical_tokens`).
         dst_tokens: The receiver's, of the same text.
-        band: Character slack around the diagonal the search may use.
+        band: Character slack (in bytes) around the diagonal the search may use.
     """
     from rapidfuzz.distance import Levenshtein
 
     a = [_bare(t) for t in src_tokens]
     b = [_bare(t) for t in dst_tokens]
+    la = [len(to_bytes(t)) for t in a]
+    lb = [len(to_bytes(t)) for t in b]
     n, m = len(a), len(b)
-    ca = np.concatenate([[0], np.cumsum([len(t) for t in a])])
-    cb = np.concatenate([[0], np.cumsum([len(t) for t in b])])
+    ca = np.concatenate([[0], np.cumsum(la)])
+    cb = np.concatenate([[0], np.cumsum(lb)])
     slack = band + abs(int(ca[-1]) - int(cb[-1]))
     cost = np.full((n + 1, m + 1), _INF)
     move: dict[tuple[int, int], tuple[int, int]] = {}
@@ -67,16 +82,20 @@ def align_tokens(
             # Order sets the preference on ties: one-to-one, many-to-one, one-to-many, skips.
             candidates: list[tuple[int, int, float]] = []
             if i and j:
-                for g in range(1, min(MAX_GROUP, i) + 1):
-                    candidates.append((g, 1, Levenshtein.distance("".join(a[i - g : i]), b[j - 1])))
-                for g in range(2, min(MAX_GROUP, j) + 1):
-                    candidates.append((1, g, Levenshtein.distance(a[i - 1], "".join(b[j - g : j]))))
+                x, y = a[i - 1], b[j - 1]
+                if bool(x) == bool(y):  # a marker pairs only with a marker
+                    candidates.append((1, 1, Levenshtein.distance(x, y)))
+                if x and y:
+                    for g, text in _groups(a, la, i, lb[j - 1]):
+                        candidates.append((g, 1, Levenshtein.distance(text, y)))
+                    for g, text in _groups(b, lb, j, la[i - 1]):
+                        candidates.append((1, g, Levenshtein.distance(x, text)))
             if i:
                 candidates.append((1, 0, float(len(a[i - 1]) or 1)))
             if j:
                 candidates.append((0, 1, float(len(b[j - 1]) or 1)))
             for di, dj, c in candidates:
-                total = cost[i - di, j - dj] + c
+                total = cost[i - di, j - dj] + c + (_INEXACT if c and di and dj else 0.0)
                 if total < best:
                     best, step = total, (di, dj)
             cost[i, j] = best
@@ -89,6 +108,20 @@ def align_tokens(
             pairs.append((i - di, j - 1))
         i, j = i - di, j - dj
     return pairs[::-1]
+
+
+def _groups(texts: Sequence[str], lengths: Sequence[int], end: int, other: int) -> list[tuple[int, str]]:
+    """Groups of 2+ tokens ending at ``end`` that one token of ``other`` bytes may match: a
+    group grows while it is shorter than that token and meets no marker (empty text)."""
+    out: list[tuple[int, str]] = []
+    total = lengths[end - 1]
+    for g in range(2, end + 1):
+        k = end - g
+        if not texts[k] or total >= other:
+            break
+        total += lengths[k]
+        out.append((g, join_texts(texts[k:end])))
+    return out
 
 
 def receiver_sources(pairs: Sequence[tuple[int, int]], n_dst: int) -> np.ndarray:
