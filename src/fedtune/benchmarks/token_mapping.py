@@ -80,6 +80,21 @@ def family_tokenizers(bytelevel_size: int = 800, sentencepiece_size: int = 600) 
     }
 
 
+_CANON: dict[tuple[int, int], tuple[Any, Any, list[str | None]]] = {}
+
+
+def _canonical(tok: Any, normalised_as: Any = None) -> list[str | None]:
+    """``tok``'s canonical texts, normalised with ``normalised_as``'s comparison normalizer,
+    computed once per pair of objects (the entry holds both, so their ids stay theirs)."""
+    from fedtune.algorithms.fedmkt.vocab import canonical_tokens, comparison_normalizer
+
+    key = (id(tok), id(normalised_as))
+    if key not in _CANON:
+        norm = comparison_normalizer(normalised_as) if normalised_as is not None else None
+        _CANON[key] = (tok, normalised_as, canonical_tokens(tok, norm))
+    return _CANON[key][2]
+
+
 def _bare(text: str | None) -> str:
     from fedtune.algorithms.fedmkt.vocab import BOUNDARY
 
@@ -89,9 +104,9 @@ def _bare(text: str | None) -> str:
 def word_fragment_hits(src: Any, dst: Any, table: np.ndarray) -> tuple[int, list[tuple[str, str | None]]]:
     """How many word tokens of ``src`` the ``table`` sends onto a byte fragment or a special
     token of ``dst``, and those (source text, target text) pairs."""
-    from fedtune.algorithms.fedmkt.vocab import canonical_tokens, is_byte_fragment
+    from fedtune.algorithms.fedmkt.vocab import is_byte_fragment
 
-    src_canon, dst_canon = canonical_tokens(src), canonical_tokens(dst)
+    src_canon, dst_canon = _canonical(src), _canonical(dst)
     words, hits = 0, []
     for index, text in enumerate(src_canon):
         word = _bare(text)
@@ -125,12 +140,11 @@ def exact_matches(
     count, the ones ``aligner`` (default :func:`~fedtune.algorithms.fedmkt.align.align_tokens`)
     loses (sentence, sender text, receiver text), and the CPU seconds it took."""
     from fedtune.algorithms.fedmkt.align import align_tokens
-    from fedtune.algorithms.fedmkt.vocab import canonical_tokens, comparison_normalizer, join_texts
+    from fedtune.algorithms.fedmkt.vocab import join_texts
 
     aligner = aligner or align_tokens
-    norm = comparison_normalizer(dst)
-    src_canon, dst_canon = canonical_tokens(src), canonical_tokens(dst)
-    src_norm, dst_norm = canonical_tokens(src, norm), canonical_tokens(dst, norm)
+    src_canon, dst_canon = _canonical(src), _canonical(dst)
+    src_norm, dst_norm = _canonical(src, dst), _canonical(dst, dst)
     total, lost, seconds = 0, [], 0.0
     for sentence in sentences:
         s_ids, s_spans = _spans(src, sentence)

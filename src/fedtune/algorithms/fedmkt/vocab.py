@@ -80,6 +80,7 @@ def _byte_decoder() -> dict[str, int]:
 
 _BYTE_BASE = 0x100000  # Supplementary Private Use Area-B: no tokenizer's text uses it
 _BYTE_ERRORS = "fedtune-raw-bytes"
+_RAW_BYTE = re.compile("[\U00100000-\U001000ff]")
 
 
 def _raw_bytes(error: UnicodeError) -> tuple[str, int]:
@@ -98,7 +99,7 @@ def decode_bytes(data: bytes) -> str:
 
 def to_bytes(text: str) -> bytes:
     """The bytes ``text`` stands for (the inverse of :func:`decode_bytes`)."""
-    if not any(ord(c) >= _BYTE_BASE for c in text):
+    if not _RAW_BYTE.search(text):
         return text.encode()
     return b"".join(
         bytes([ord(c) - _BYTE_BASE]) if _BYTE_BASE <= ord(c) < _BYTE_BASE + 256 else c.encode()
@@ -109,12 +110,12 @@ def to_bytes(text: str) -> bytes:
 def join_texts(texts: Sequence[str]) -> str:
     """Canonical texts concatenated as bytes: the pieces of one character join into it."""
     joined = "".join(texts)
-    return decode_bytes(to_bytes(joined)) if any(ord(c) >= _BYTE_BASE for c in joined) else joined
+    return decode_bytes(to_bytes(joined)) if _RAW_BYTE.search(joined) else joined
 
 
 def is_byte_fragment(text: str | None) -> bool:
     """True for a canonical text with a byte that is no whole character."""
-    return text is not None and any(ord(c) >= _BYTE_BASE for c in text)
+    return text is not None and _RAW_BYTE.search(text) is not None
 
 
 def _idempotent(node: Any) -> Any:
@@ -241,38 +242,20 @@ def content_hash(tokenizer: Any) -> str:
 def map_vocabulary(src_tokenizer: Any, dst_tokenizer: Any) -> np.ndarray:
     """A dst token id for every src id (``len(src_tokenizer)`` int64 entries), by MinED.
 
-    Exact canonical match first, else minimum Levenshtein distance, ties to the
-    lexicographically smallest canonical dst text. Special tokens map by role.
+    The same canonical text before normalising, else after, else minimum Levenshtein
+    distance, ties to the lexicographically smallest canonical dst text. Special tokens map
+    by role.
     """
     src_spec, dst_spec = _backend_spec(src_tokenizer), _backend_spec(dst_tokenizer)
     src_pieces, dst_pieces = _pieces(src_tokenizer, src_spec), _pieces(dst_tokenizer, dst_spec)
     norm = _comparison_normalizer(dst_spec)
     src, dst = _format(src_pieces, norm), _format(dst_pieces, norm)
     src_raw, dst_raw = _exact_keys(src_pieces), _exact_keys(dst_pieces)
+    raw_first, first, buckets = _candidates(dst, dst_raw)
     fallback = _role_id(dst_tokenizer, "unk_token")
     if fallback is None:
         fallback = _role_id(dst_tokenizer, "eos_token") or 0
     table = np.full(len(src), fallback, dtype=np.int64)
-
-    # dst candidates: first id per canonical text (specials are None), byte fallbacks last.
-    raw_first: dict[tuple[str, bool], int] = {}
-    for index, key in enumerate(dst_raw):
-        if key is not None:
-            raw_first.setdefault(key, index)
-    first: dict[str, int] = {}
-    for index in sorted(range(len(dst)), key=lambda i: (bool(dst_pieces[i] and dst_pieces[i][2]), i)):  # type: ignore[index]
-        text = dst[index]
-        if text is not None and text != "" and text not in first:
-            first[text] = index
-    # MinED candidates by length; text of whole characters never goes to a piece of one.
-    buckets: dict[bool, dict[int, list[str]]] = {True: defaultdict(list), False: defaultdict(list)}
-    for text in first:
-        buckets[True][len(text)].append(text)
-        if not is_byte_fragment(text):
-            buckets[False][len(text)].append(text)
-    for by_length in buckets.values():
-        for texts in by_length.values():
-            texts.sort()
 
     pending: dict[tuple[int, bool], list[int]] = defaultdict(list)  # (length, fragment) -> src ids
     src_special = _special_ids(src_tokenizer, src_spec)
@@ -286,15 +269,46 @@ def map_vocabulary(src_tokenizer: Any, dst_tokenizer: Any) -> np.ndarray:
             continue
         if text is None or text == "":
             continue
-        hit = raw_first.get(src_raw[index]) if src_raw[index] is not None else None  # type: ignore[arg-type]
+        key = src_raw[index]
+        hit = raw_first.get(key) if key is not None else None
         hit = first.get(text) if hit is None else hit
         if hit is not None:
             table[index] = hit
         else:
             pending[(len(text), is_byte_fragment(text))].append(index)
     for (length, fragment), ids in pending.items():
-        _nearest(ids, [src[i] for i in ids], length, buckets[fragment], first, table)  # type: ignore[misc]
+        _nearest(ids, [str(src[i]) for i in ids], length, buckets[fragment], first, table)
     return table
+
+
+Buckets = dict[bool, dict[int, list[str]]]  # fragments allowed -> length -> sorted texts
+
+
+def _candidates(
+    dst: Sequence[str | None], dst_raw: Sequence[tuple[str, bool] | None]
+) -> tuple[dict[tuple[str, bool], int], dict[str, int], Buckets]:
+    """The first dst id per text before and after normalising (byte fallbacks after pieces,
+    specials never), and the MinED candidates by length: text of whole characters never goes
+    to a piece of one."""
+    raw_first: dict[tuple[str, bool], int] = {}
+    for index, key in enumerate(dst_raw):
+        if key is not None:
+            raw_first.setdefault(key, index)
+    first: dict[str, int] = {}
+    for fallback_pass in (False, True):
+        for index, text in enumerate(dst):
+            key = dst_raw[index]
+            if key is not None and key[1] == fallback_pass and text and text not in first:
+                first[text] = index
+    buckets: Buckets = {True: defaultdict(list), False: defaultdict(list)}
+    for text in first:
+        buckets[True][len(text)].append(text)
+        if not is_byte_fragment(text):
+            buckets[False][len(text)].append(text)
+    for by_length in buckets.values():
+        for texts in by_length.values():
+            texts.sort()
+    return raw_first, first, buckets
 
 
 def _exact_keys(pieces: Sequence[Piece | None]) -> list[tuple[str, bool] | None]:
