@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers
 from transformers import PreTrainedTokenizerFast
 
 from fedtune.algorithms.fedmkt import vocab
@@ -15,14 +15,15 @@ from tests.helpers.tokenizers import byte_bpe, metaspace_bpe
 
 
 def _byte_fallback_bpe() -> PreTrainedTokenizerFast:
-    """A Llama-like SentencePiece BPE: "▁" pieces plus the 256 ``<0xNN>`` byte fallbacks."""
+    """A Llama-like SentencePiece BPE: "▁" pieces, the 256 ``<0xNN>`` byte fallbacks, and
+    Llama's normaliser (a "▁" prepended to the text, spaces replaced by "▁")."""
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     pieces += ["▁", "t", "h", "e", "A", "▁t", "▁th", "▁the", "中"]
     core = Tokenizer(models.BPE(
         vocab={p: i for i, p in enumerate(pieces)},
         merges=[("▁", "t"), ("▁t", "h"), ("▁th", "e")], unk_token="<unk>", byte_fallback=True,
     ))
-    core.pre_tokenizer = pre_tokenizers.Metaspace()
+    core.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
     return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
@@ -49,7 +50,11 @@ def test_the_comparison_normalizer_is_idempotent_over_the_vocabulary(families, n
 
 def test_byte_fallback_pieces_stand_for_their_bytes():
     tok = _byte_fallback_bpe()
-    assert np.array_equal(vocab.map_vocabulary(tok, tok), np.arange(len(tok)))
+    assert tok("the 中", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids(t) for t in ["▁the", "▁", "中"]]
+    assert np.array_equal(vocab.map_vocabulary(tok, tok), np.arange(len(tok)))  # main: Prepend
+    norm = vocab.comparison_normalizer(tok)
+    assert all(norm.normalize_str(t.removeprefix(vocab.BOUNDARY)) == t.removeprefix(vocab.BOUNDARY)
+               for t in vocab.canonical_tokens(tok, norm) if t is not None)
     canon = vocab.canonical_tokens(tok)
     assert canon[tok.convert_tokens_to_ids("<0x41>")] == "A"
     assert vocab.is_byte_fragment(canon[tok.convert_tokens_to_ids("<0xE4>")])
