@@ -16,8 +16,8 @@ text once the marker is dropped) is skipped at cost 1 or paired with another mar
 joins a group or pairs with text, where it would cost nothing and turn a neighbouring exact
 match into a one-to-many group. Of equally cheap paths, the one with more exact matches wins
 (an inexact pairing costs 2^-20 more than its distance: ``transfer`` against ``transfer`` +
-``🤖`` costs as much as skipping the emoji, and the exact pair is kept). A group has no fixed size cap: it grows while its bytes are
-fewer than the other token's (a longer group only adds distance), so a word of many pieces
+``🤖`` costs as much as skipping the emoji, and the exact pair is kept). A group has no fixed size cap: it grows while its bytes are fewer than the other token's
+(one more piece would make it longer than the token it stands for), so a word of many pieces
 still forms one group and takes its first piece, and the work per cell stays bounded by the
 token's length.
 

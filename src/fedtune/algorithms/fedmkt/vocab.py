@@ -84,7 +84,8 @@ _RAW_BYTE = re.compile("[\U00100000-\U001000ff]")
 
 
 def _raw_bytes(error: UnicodeError) -> tuple[str, int]:
-    assert isinstance(error, UnicodeDecodeError)
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
     part = error.object[error.start : error.end]
     return "".join(chr(_BYTE_BASE + b) for b in part), error.end
 
