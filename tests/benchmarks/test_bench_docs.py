@@ -21,7 +21,8 @@ def test_regenerating_the_page_changes_nothing() -> None:
 
 def test_every_block_names_its_commit() -> None:
     text = regenerate((ROOT / DOC).read_text("utf-8"), ROOT)
-    blocks = text.splitlines().count("<!-- end generated -->")
+    # The claims summary names no commit of its own: each table it reads names its own.
+    blocks = text.splitlines().count("<!-- end generated -->") - text.count("<!-- generated: claims ")
     assert blocks >= 5
     assert text.count("(measured at commit ") == blocks
     assert "(measured at commit unknown)" not in text
@@ -54,3 +55,29 @@ def test_a_block_naming_a_missing_json_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nope.json") as info:
         regenerate(text, tmp_path)
     assert "Commit the results JSON" in info.value.fix
+
+
+def test_the_claims_summary_lists_every_tables_claims_with_the_same_verdict() -> None:
+    """Each quality table's own ordering rows reappear at the top, verdict for verdict, and
+    each row links to a heading that exists on the page."""
+    from fedtune.benchmarks.claims_page import _anchor
+
+    text = (ROOT / DOC).read_text("utf-8")
+    summary = text.split("<!-- generated: claims ", 1)[1].split("<!-- end generated -->", 1)[0]
+    rows = [line.split(" | ") for line in summary.splitlines() if line.startswith("| ") and "**" in line]
+    anchors = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)}
+    seen = {(r[1], r[2].strip("*"), r[6].rsplit("`", 2)[1]) for r in rows}
+    checked = 0
+    for block in re.finditer(
+        r"^<!-- generated: quality docs/results/(\S+)(?: commit=\w+)? -->$(.*?)<!-- end generated -->",
+        text,
+        re.MULTILINE | re.DOTALL,
+    ):
+        for line in block.group(2).splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 6 and cells[-1] in {"reproduces", "reversed", "within noise", "differs", "single seed"}:
+                assert (cells[0], cells[-1], block.group(1)) in seen, (cells, block.group(1))
+                checked += 1
+    assert checked == len(rows) > 20
+    for row in rows:
+        assert re.search(r"\]\((#[^)]+)\)", row[6]).group(1) in anchors, row[6]

@@ -49,13 +49,28 @@ def server() -> Iterator[LocalServer]:
     srv.stop()
 
 
+def texts(body: dict[str, Any]) -> list[str]:
+    return [choice["text"] for choice in body["choices"]]
+
+
 def test_health_and_completion(server: LocalServer) -> None:
     assert server.url.startswith("http://127.0.0.1:")
     assert call(server.url, "/health") == (200, {"status": "ok", "model": "toy@champion"})
     status, body = call(server.url, "/v1/completions", {"prompt": "one two three four"})
-    assert (status, body) == (200, {"model": "toy@champion", "text": "four three"})
+    assert status == 200 and body["object"] == "text_completion"
+    assert body["model"] == "toy@champion" and texts(body) == ["four three"]
     status, body = call(server.url, "/v1/completions", {"prompt": "one two three", "max_tokens": 3})
-    assert body["text"] == "three two one"
+    assert texts(body) == ["three two one"]
+
+
+def test_openai_client_shapes(server: LocalServer) -> None:
+    """What OpenAI clients send and read: a model list, a prompt list, a named model."""
+    status, listed = call(server.url, "/v1/models")
+    assert status == 200 and [m["id"] for m in listed["data"]] == ["toy@champion"]
+    body = {"model": "toy@champion", "prompt": ["a b", "c d e"], "max_tokens": 5}
+    status, answer = call(server.url, "/v1/completions", body)
+    assert status == 200 and texts(answer) == ["b a", "e d c"]
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -65,11 +80,13 @@ def test_health_and_completion(server: LocalServer) -> None:
         ("/v1/completions", ["a list"], None, 400, "JSON object"),
         ("/v1/completions", {"text": "hi"}, None, 400, '"prompt"'),
         ("/v1/completions", {"prompt": ""}, None, 400, '"prompt"'),
+        ("/v1/completions", {"prompt": ["ok", 3]}, None, 400, '"prompt"'),
+        ("/v1/completions", {"prompt": "hi", "model": "other"}, None, 404, "not served here"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, None, 400, "max_tokens"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": "5"}, None, 400, "max_tokens"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 10**6}, None, 400, "max_tokens"),
         ("/v1/completions", None, b"x" * (MAX_BODY_BYTES + 1), 413, "bytes"),
-        ("/v1/chat", {"prompt": "hi"}, None, 404, "no such path"),
+        ("/v1/chat", {"prompt": "hi"}, None, 404, "Not Found"),
         ("/v1/completions", {"prompt": "explode"}, None, 500, "generation failed"),
     ],
 )
@@ -78,7 +95,7 @@ def test_bad_requests_get_clear_json_errors_and_the_server_goes_on(
 ) -> None:
     got, answer = call(server.url, path, body, raw=raw)
     assert got == status
-    assert message in answer["error"]
+    assert message in answer["error"]["message"] and answer["error"]["code"] == status
     assert call(server.url, "/health")[0] == 200
 
 
@@ -91,7 +108,7 @@ def test_max_requests_stops_the_server() -> None:
     srv = LocalServer(reverse_words, "toy@1", port=0, max_requests=2).start()
     url = srv.url
     assert call(url, "/health")[0] == 200
-    assert call(url, "/v1/completions", {"prompt": "a b"})[1]["text"] == "b a"
+    assert texts(call(url, "/v1/completions", {"prompt": "a b"})[1]) == ["b a"]
     assert srv._thread is not None
     srv._thread.join(timeout=TIMEOUT)
     assert not srv._thread.is_alive()

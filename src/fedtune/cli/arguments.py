@@ -32,3 +32,17 @@ def k_values(text: str) -> tuple[int, ...]:
             raise argparse.ArgumentTypeError(f"k={value} in {text!r}: pass@k needs k >= 1")
         values.add(value)
     return tuple(sorted(values))
+
+
+def add_set_option(p: argparse.ArgumentParser) -> None:
+    """``--set FIELD.PATH=VALUE`` (repeatable): override job fields without editing the file."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD.PATH=VALUE",
+        dest="overrides",
+        help="override one job field, read as YAML (repeatable): --set training.lr=0.01 "
+        "--set tenants.tenant-a.data_uri=data/a.jsonl (a tenant by position or name; paths "
+        "relative to the working directory)",
+    )

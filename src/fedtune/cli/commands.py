@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedtune.cli.arguments import positive_int
+from fedtune.cli.arguments import add_set_option, positive_int
 from fedtune.config import load_job
 from fedtune.core.devices import resolve_device
 from fedtune.core.errors import StopRequested
@@ -26,7 +27,7 @@ Registrar = Callable[[Any], None]
 
 # -- validate -------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
-    job = load_job(args.job)
+    job = load_job(args.job, args.overrides)
     resolve_device(job.training)  # training.device/precision against this machine
     if args.deep:
         from fedtune.engines.preflight import run_checks
@@ -35,7 +36,8 @@ def _validate(args: argparse.Namespace) -> int:
         for warning in run_checks(job, tenants=TenantEnvs(job)):
             out.print(f"[yellow]warning:[/] {escape(warning)}")
     out.print(
-        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}: job [bold]{job.name}[/], "
+        f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}"
+        f"{f' with {len(args.overrides)} override(s)' if args.overrides else ''}: job [bold]{job.name}[/], "
         f"algorithm {job.algorithm.name}, "
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
     )
@@ -50,6 +52,7 @@ def register_validate(sub: Any) -> None:
         "the exit code is 2 when any problem is found.",
     )
     p.add_argument("job", help="path of the job YAML file")
+    add_set_option(p)
     p.add_argument(
         "--deep",
         action="store_true",
@@ -64,7 +67,7 @@ def register_validate(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.workers import prestart
 
-    job = load_job(args.job)
+    job = load_job(args.job, args.overrides)
     resolve_device(job.training)  # before workers start or anything is stored
     if (args.engine or job.engine.name) == "local":
         # Worker processes start before this one imports the engine: their start-up overlaps.
@@ -93,7 +96,10 @@ def _run(args: argparse.Namespace) -> int:
             with graceful_stop():  # the local engine stops at its next safe point
                 summary = run_job(job, make_tracker(job), options)
         except StopRequested as exc:
-            exc.fix = f"Run `fedtune run {args.job} --resume` to continue; finished steps are kept."
+            sets = "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+            exc.fix = (
+                f"Run `fedtune run {args.job}{sets} --resume` to continue; finished steps are kept."
+            )
             raise
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -175,6 +181,7 @@ def register_run(sub: Any) -> None:
         "run where it stopped.",
     )
     p.add_argument("job", help="path of the job YAML file")
+    add_set_option(p)
     p.add_argument(
         "--engine",
         choices=["local", "kfp-local"],

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from fedtune.cli.arguments import add_set_option
 from fedtune.config import load_job
 from fedtune.config.job import JobConfig
 from fedtune.config.secrets import MLFLOW_SECRET, PRESIGNER_SECRET, PROVIDER_S3_SECRET
@@ -76,6 +77,7 @@ def _images(args: argparse.Namespace) -> Any:
 def add_pipeline_options(p: argparse.ArgumentParser) -> None:
     """The job, its round range and the cluster settings (``compile`` and ``submit``)."""
     p.add_argument("job", help="path of the job YAML file")
+    add_set_option(p)
     group = p.add_argument_group("cluster settings (defaults match the fedtune Helm chart)")
     group.add_argument(
         "--tenants-configmap",
@@ -132,7 +134,7 @@ def compile_to(args: argparse.Namespace, output: Path) -> JobConfig:
     """Load, check and compile the job named by ``args``; return the job."""
     from fedtune.pipelines.compiling import compile_job
 
-    job = load_job(args.job)
+    job = load_job(args.job, args.overrides)
     compile_job(job, output, settings=_cluster_settings(args))
     return job
 

@@ -193,8 +193,9 @@ def register_serve_local(sub: Any) -> None:
         help="answer prompts with a registered model, here (CLI or HTTP on 127.0.0.1)",
         description="Load MODEL (NAME@ALIAS or NAME/VERSION) from the MLflow registry and "
         "answer prompts greedily: each --prompt is answered on stdout; with --port, a JSON "
-        'endpoint on 127.0.0.1 answers POST /v1/completions {"prompt": ..., "max_tokens": N} '
-        'with {"text": ...} and GET /health.',
+        "OpenAI-compatible endpoint on 127.0.0.1 (FastAPI on uvicorn) answers POST "
+        '/v1/completions {"prompt": ..., "max_tokens": N} with {"choices": [{"text": ...}]}, '
+        "GET /v1/models and GET /health.",
     )
     p.add_argument("model", help="NAME@ALIAS or NAME/VERSION, e.g. quickstart@champion")
     p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")

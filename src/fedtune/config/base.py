@@ -6,7 +6,15 @@ import re
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 # Kubernetes DNS-1123 label: tenant names double as namespace names, pod-name parts and
 # store prefixes, so the strictest common rule applies to all of them.
@@ -20,23 +28,42 @@ class StrictModel(BaseModel):
         frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
     )
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _strict_scalars(cls, data: Any) -> Any:
+    def _strict_scalars(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
         """No booleans as numbers, no quoted integers, nothing but true/false as a boolean.
 
-        (Floats may be strings: YAML reads ``1e-3`` as one.)
+        (Floats may be strings: YAML reads ``1e-3`` as one.) A wrap validator, so a refused
+        scalar is reported together with every other problem of the section (unknown keys,
+        wrong types elsewhere) instead of hiding them.
         """
         if not isinstance(data, dict):
-            return data
-        problems = []
+            return handler(data)
+        refused = {}
         for name, field in cls.model_fields.items():
             key = field.alias or name
             if key in data and (problem := scalar_problem(field.annotation, data[key])):
-                problems.append(f"{key}: {problem}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return data
+                refused[key] = problem
+        if not refused:
+            return handler(data)
+        errors = [
+            InitErrorDetails(type=_custom("strict_scalar", problem), loc=(key,), input=data[key])
+            for key, problem in refused.items()
+        ]
+        try:
+            handler(data)
+        except ValidationError as exc:
+            errors += [
+                InitErrorDetails(type=_custom(e["type"], e["msg"]), loc=e["loc"], input=e["input"])
+                for e in exc.errors(include_url=False)
+                if not (e["loc"] and e["loc"][0] in refused)
+            ]
+        raise ValidationError.from_exception_data(cls.__name__, errors)
+
+
+def _custom(kind: str, message: str) -> PydanticCustomError:
+    """An error of type ``kind`` with ``message`` as is (braces in it are not a template)."""
+    return PydanticCustomError(kind, "{message}", {"message": message})
 
 
 def check_dns1123_label(value: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from fedtune.config.job import JobConfig
+from fedtune.config.overrides import Override, parse_overrides
 from fedtune.core.errors import ConfigError
 
 # Fields that hold a local path or URI; relative paths in them are resolved against the
@@ -96,43 +99,148 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     return out
 
 
-def format_validation_errors(error: ValidationError) -> list[str]:
+def format_validation_errors(error: ValidationError | list[Any]) -> list[str]:
     """One line per problem: ``field.path: message (got VALUE) -- fix``."""
     lines = []
-    for item in error.errors(include_url=False):
+    items = error.errors(include_url=False) if isinstance(error, ValidationError) else error
+    for item in items:
         loc = ".".join(str(p) for p in item["loc"]) or "<job>"
         msg = item["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(item["type"])
         got = item.get("input")
-        shown = "" if isinstance(got, dict | list) or item["type"] == "missing" else f" (got {got!r})"
+        quiet = isinstance(got, dict | list) or item["type"] in ("missing", "strict_scalar")
+        shown = "" if quiet else f" (got {got!r})"
         lines.append(f"{loc}: {msg}{shown}" + (f" -- {fix}" if fix else ""))
     return lines
 
 
-def parse_job(raw: Any, *, base_dir: Path | None = None, source: str = "<job>") -> JobConfig:
-    """Validate an already-parsed YAML document into a :class:`JobConfig`."""
+#: Validation passes at most: types and unknown keys first, then the cross-field checks that
+#: pydantic runs only on a section whose fields all passed.
+_MAX_STAGES = 4
+
+
+def _validate_in_stages(raw: dict[str, Any]) -> tuple[JobConfig | None, list[str]]:
+    """Validate ``raw``; on failure collect the problems of every stage, not only the first.
+
+    Pydantic skips a section's cross-field checks while any of its fields is invalid, so a
+    wrong type would hide a missing ``model.tenant_uri``. Each further pass drops the fields
+    already reported (their defaults apply) and keeps the problems that are new; a check on
+    a section one of whose own fields was dropped is left out, since it judged a default
+    the user never wrote (the job-level checks always count).
+    """
+    problems: list[str] = []
+    reported: set[tuple[Any, ...]] = set()
+    dropped: set[tuple[Any, ...]] = set()
+    current = copy.deepcopy(raw)
+    for _ in range(_MAX_STAGES):
+        try:
+            job = JobConfig.model_validate(current)
+        except ValidationError as exc:
+            fresh = [
+                e for e in exc.errors(include_url=False)
+                if tuple(e["loc"]) not in reported
+                and not (e["type"] == "missing" and tuple(e["loc"]) in dropped)
+                and not any(d[:-1] == tuple(e["loc"]) for d in dropped if len(d) > 1)
+            ]
+            if not fresh:
+                return None, problems
+            problems += format_validation_errors(fresh)
+            reported.update(tuple(e["loc"]) for e in fresh)
+            removable = [tuple(e["loc"]) for e in fresh if e["loc"]]
+            if not removable or not all(_drop(current, loc) for loc in removable):
+                return None, problems  # a problem without a field to drop: stop here
+            dropped.update(removable)
+        else:
+            return (job, []) if not problems else (None, problems)
+    return None, problems
+
+
+def _drop(raw: Any, loc: tuple[Any, ...]) -> bool:
+    """Delete the field at pydantic error location ``loc`` in ``raw``; False if not found.
+
+    A discriminated union adds its tag to the location (``algorithm.fedpt.alpha``): a part
+    naming the section's ``name``/``source`` value is skipped.
+    """
+    node = raw
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            if not parts:
+                return False  # a list item itself: nothing sensible to drop
+            node = node[part]
+        elif isinstance(node, dict) and part in node:
+            if not parts:
+                del node[part]
+                return True
+            node = node[part]
+        elif isinstance(node, dict) and part in (node.get("name"), node.get("source")):
+            continue
+        else:
+            return False
+    return False
+
+
+def _is_path_field(where: tuple[str | int, ...]) -> bool:
+    if where in _PATH_FIELDS:
+        return True
+    if len(where) >= 3 and where[0] == "tenants" and isinstance(where[1], int):
+        return where[2:] in [(key,) for key in _TENANT_PATH_FIELDS] or where[2:] == ("model", "uri")
+    return False
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Sequence[Override]) -> dict[str, Any]:
+    """``raw`` with every ``--set`` applied; a path typed on the command line is relative to
+    the working directory (the shell's), not to the job file."""
+    out = copy.deepcopy(raw)
+    for override in overrides:
+        where = override.apply(out)
+        if _is_path_field(where) and isinstance(override.value, str):
+            _set(out, where, _resolve(override.value, Path.cwd()))
+    return out
+
+
+def _set(raw: Any, where: tuple[str | int, ...], value: Any) -> None:
+    for part in where[:-1]:
+        raw = raw[part]
+    raw[where[-1]] = value
+
+
+def parse_job(
+    raw: Any,
+    *,
+    base_dir: Path | None = None,
+    source: str = "<job>",
+    overrides: Sequence[Override] = (),
+) -> JobConfig:
+    """Validate an already-parsed YAML document (with ``--set`` overrides) into a job."""
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{source}: the job file must be a YAML mapping at the top level, got {type(raw).__name__}",
             fix="Start the file with `name: my-job` and the other sections (see examples/).",
         )
+    if overrides:
+        raw = _apply_overrides(raw, overrides)
     if base_dir is not None:
         raw = _resolve_paths(raw, base_dir)
-    try:
-        job = JobConfig.model_validate(raw)
-    except ValidationError as exc:
-        lines = format_validation_errors(exc)
+    job, problems = _validate_in_stages(raw)
+    if job is None:
         raise ConfigError(
-            f"{source}: {len(lines)} problem(s) in the job config:\n  " + "\n  ".join(lines),
+            f"{source}: {len(problems)} problem(s) in the job config:\n  " + "\n  ".join(problems),
             fix="Correct each field listed above, then run `fedtune validate` again.",
-        ) from None
+        )
     if base_dir is not None:
         job._source_dir = str(base_dir.absolute())  # what the stored fingerprint counts from
     return job
 
 
-def load_job(path: str | Path) -> JobConfig:
-    """Read and validate a job file; relative paths inside resolve against its directory."""
+def load_job(path: str | Path, overrides: Sequence[str] = ()) -> JobConfig:
+    """Read and validate a job file; relative paths inside resolve against its directory.
+
+    ``overrides`` are ``--set FIELD.PATH=VALUE`` texts (:mod:`fedtune.config.overrides`),
+    applied before validation.
+    """
+    parsed = parse_overrides(overrides)
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -142,10 +250,18 @@ def load_job(path: str | Path) -> JobConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read job file {str(path)!r}: {exc}") from None
-    return parse_job_text(text, base_dir=path.resolve().parent, source=str(path))
+    return parse_job_text(
+        text, base_dir=path.resolve().parent, source=str(path), overrides=parsed
+    )
 
 
-def parse_job_text(text: str, *, base_dir: Path | None = None, source: str = "<job>") -> JobConfig:
+def parse_job_text(
+    text: str,
+    *,
+    base_dir: Path | None = None,
+    source: str = "<job>",
+    overrides: Sequence[Override] = (),
+) -> JobConfig:
     """Validate a job given as YAML (or JSON) text, e.g. a job file read from a bucket."""
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
@@ -159,4 +275,4 @@ def parse_job_text(text: str, *, base_dir: Path | None = None, source: str = "<j
             f"{source}: malformed YAML{where}: {problem}",
             fix="Fix the YAML syntax there (indentation, a missing ':' or an unclosed quote).",
         ) from None
-    return parse_job(raw, base_dir=base_dir, source=source)
+    return parse_job(raw, base_dir=base_dir, source=source, overrides=overrides)

@@ -18,14 +18,13 @@ import json
 import logging
 import os
 import tempfile
-import time
-import urllib.error
-import urllib.request
+from http import HTTPStatus
 from typing import Any
 
 from fedtune.config.job import LimitsConfig
 from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
+from fedtune.core.http_retry import MaxRetryError, RetryingClient
 from fedtune.engines import layout, steps
 from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
@@ -106,35 +105,45 @@ def _request(
     """One HTTP request, retried on network errors and 5xx within the job's ``limits``
     (``store_*``, as for the S3 client); the URL is not logged."""
     attempts = limits.store_max_attempts
-    timeout = max(limits.store_connect_timeout_s, limits.store_read_timeout_s)
-    # An explicit binary type: urllib would send a body as a form, which servers may parse.
+    client = RetryingClient(
+        attempts=attempts,
+        backoff_s=0.5,  # urllib3: retries after 0, 1, 2, 4 ... s
+        connect_timeout_s=limits.store_connect_timeout_s,
+        read_timeout_s=limits.store_read_timeout_s,
+        retry_statuses=range(500, 600),
+    )
+    # An explicit binary type: a body without one may be parsed as a form.
     headers = {"Content-Type": "application/octet-stream"} if data is not None else {}
-    attempt = 1
-    while True:
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == attempts:
-                raise StoreError(
-                    f"{method} of exchange object {key!r} by pre-signed URL failed: HTTP {exc.code} "
-                    f"{exc.reason}",
-                    fix="403 usually means the URL expired (raise the launcher's deadline) or "
-                    "the clock is off; 404 means the provider has not written the object.",
-                ) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            if attempt == attempts:
-                raise StoreUnavailable(
-                    f"store outage: {method} of exchange object {key!r} by pre-signed URL "
-                    f"failed: {getattr(exc, 'reason', exc)} ({attempts} attempt(s), {timeout:g} s "
-                    "each)",
-                    fix="Check that the tenant namespace's network policy allows egress to the "
-                    "provider's object store endpoint.",
-                ) from None
-        log.warning("%s of %s failed (attempt %d of %d); retrying", method, key, attempt, attempts)
-        time.sleep(attempt)
-        attempt += 1
+    try:
+        answer = client.send(method, url, label=f"{method} of {key}", body=data, headers=headers)
+    except MaxRetryError as exc:
+        raise StoreUnavailable(
+            f"store outage: {method} of exchange object {key!r} by pre-signed URL failed: "
+            f"{_reason(exc.reason)} ({attempts} attempt(s))",
+            fix="Check that the tenant namespace's network policy allows egress to the "
+            "provider's object store endpoint.",
+        ) from None
+    if answer.status >= 300:
+        raise StoreError(
+            f"{method} of exchange object {key!r} by pre-signed URL failed: "
+            f"HTTP {answer.status} {_phrase(answer.status)}".rstrip(),
+            fix="403 usually means the URL expired (raise the launcher's deadline) or "
+            "the clock is off; 404 means the provider has not written the object.",
+        )
+    return answer.body
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _reason(error: Exception | None) -> str:
+    """Why urllib3 got no answer, without the URL it tried (its query string is a credential)."""
+    text = str(error or "no answer")
+    return text.split("?", 1)[0] + ("?<redacted>" if "?" in text else "")
 
 
 def read_urls(expected: tuple[list[str], list[str]]) -> dict[str, dict[str, str]]:

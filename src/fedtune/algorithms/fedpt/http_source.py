@@ -23,21 +23,19 @@ import json
 import logging
 import math
 import os
-import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import torch
 
 from fedtune.config.algorithms import LargeHttpConfig
 from fedtune.core.errors import ModelError
+from fedtune.core.http_retry import MaxRetryError, RetryingClient
 from fedtune.models.proxy_decoding import Decoder, RecomputeDecoder
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-BACKOFF_S = 0.5  # first retry delay; doubles each retry
+BACKOFF_S = 0.5  # urllib3's backoff factor: retries after 0, 1, 2, 4 ... s
 MAX_ERROR_BODY = 500  # characters of an error response quoted in the message
 
 
@@ -117,7 +115,7 @@ class HttpLogitSource:
         return scored
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries on connection errors, timeouts, 408/429/5xx (exponential backoff)."""
+        """POST with retries on connection errors, timeouts, 408/429/5xx (urllib3's ``Retry``)."""
         headers = {"Content-Type": "application/json"}
         if self.config.api_key_env:
             key = os.environ.get(self.config.api_key_env)
@@ -130,32 +128,38 @@ class HttpLogitSource:
                 )
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                time.sleep(self._backoff_s * 2 ** (attempt - 1))
-            self.requests += 1
-            request = urllib.request.Request(self.config.url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-                    answer: dict[str, Any] = json.loads(response.read())
-                    return answer
-            except urllib.error.HTTPError as err:
-                text = err.read().decode(errors="replace")[:MAX_ERROR_BODY]
-                last = f"HTTP {err.code}: {text}"
-                if err.code not in RETRYABLE_STATUS:
-                    raise ModelError(
-                        f"the large model endpoint {self.config.url} refused the request ({last})",
-                        fix="Check algorithm.large_model.url, .model and the API key; the endpoint "
-                        "must support echo with logprobs on token-id prompts (legacy completions).",
-                    ) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                last = str(getattr(err, "reason", err))
-            except json.JSONDecodeError:
-                raise self._bad_reply("the response is not JSON") from None
-            log.warning("large model endpoint %s: %s (attempt %d)", self.config.url, last, attempt + 1)
+        attempts = self.config.max_retries + 1
+        client = RetryingClient(
+            attempts=attempts,
+            backoff_s=self._backoff_s,
+            connect_timeout_s=self.config.timeout_s,
+            read_timeout_s=self.config.timeout_s,
+            retry_statuses=RETRYABLE_STATUS,
+        )
+        label = f"large model endpoint {self.config.url}"
+        try:
+            answer = client.send("POST", self.config.url, label=label, body=data, headers=headers)
+        except MaxRetryError as err:
+            self.requests += attempts
+            last = str(err.reason or "no answer")
+        else:
+            self.requests += answer.requests
+            if answer.status < 300:
+                try:
+                    reply: dict[str, Any] = json.loads(answer.body)
+                except json.JSONDecodeError:
+                    raise self._bad_reply("the response is not JSON") from None
+                return reply
+            text = answer.body.decode(errors="replace")[:MAX_ERROR_BODY]
+            last = f"HTTP {answer.status}: {text}"
+            if answer.status not in RETRYABLE_STATUS:
+                raise ModelError(
+                    f"the large model endpoint {self.config.url} refused the request ({last})",
+                    fix="Check algorithm.large_model.url, .model and the API key; the endpoint "
+                    "must support echo with logprobs on token-id prompts (legacy completions).",
+                )
         raise ModelError(
-            f"the large model endpoint {self.config.url} failed {self.config.max_retries + 1} "
+            f"the large model endpoint {self.config.url} failed {attempts} "
             f"times; last error: {last}",
             fix="Check that the endpoint is up and reachable from the provider's step; raise "
             "algorithm.large_model.max_retries or timeout_s for a slow endpoint.",
