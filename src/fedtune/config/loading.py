@@ -23,6 +23,11 @@ _PATH_FIELDS: tuple[tuple[str, ...], ...] = (
     ("model", "tenant_uri"),
 )
 _TENANT_PATH_FIELDS = ("data_uri", "store_uri", "tokenizer")  # + model.uri (fedmkt)
+# Fields that name a model or tokenizer: there a bare ``org/name`` that is no folder beside the
+# job file is a Hugging Face hub id (fedtune.models.hub). FedPT's large model is read by the
+# provider from where it runs, so only its hub ids are rewritten, not its relative paths.
+_MODEL_FIELDS = {("tokenizer",), ("model", "uri"), ("model", "tenant_uri")}
+_HUB_ONLY_FIELDS = (("algorithm", "large_model", "uri"), ("algorithm", "large_model", "tokenizer"))
 
 # A fix for each pydantic error type that has no message of our own.
 _FIXES = {
@@ -61,16 +66,21 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def _resolve(value: Any, base_dir: Path) -> Any:
+def _resolve(value: Any, base_dir: Path, *, model: bool = False) -> Any:
     if not isinstance(value, str) or "://" in value or value in ("builtin", "auto"):
         return value
+    if model:
+        from fedtune.models.hub import bare_hub_uri
+
+        if (hub := bare_hub_uri(value, base_dir)) is not None:
+            return hub
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else (base_dir / path).resolve())
 
 
 def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     out = dict(raw)
-    for field_path in _PATH_FIELDS:
+    for field_path in (*_PATH_FIELDS, *_HUB_ONLY_FIELDS):
         parent: Any = out
         for part in field_path[:-1]:
             child = parent.get(part) if isinstance(parent, dict) else None
@@ -80,7 +90,14 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
             parent[part] = child = dict(child)
             parent = child
         if isinstance(parent, dict) and field_path[-1] in parent:
-            parent[field_path[-1]] = _resolve(parent[field_path[-1]], base_dir)
+            value, name = parent[field_path[-1]], field_path[-1]
+            if field_path in _HUB_ONLY_FIELDS:
+                from fedtune.models.hub import bare_hub_uri
+
+                hub = bare_hub_uri(value, base_dir) if isinstance(value, str) else None
+                parent[name] = hub or value
+            else:
+                parent[name] = _resolve(value, base_dir, model=field_path in _MODEL_FIELDS)
     if isinstance(out.get("tenants"), list):
         tenants = []
         for tenant in out["tenants"]:
@@ -88,9 +105,10 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
                 tenant = dict(tenant)
                 for key in _TENANT_PATH_FIELDS:
                     if key in tenant:
-                        tenant[key] = _resolve(tenant[key], base_dir)
+                        tenant[key] = _resolve(tenant[key], base_dir, model=key == "tokenizer")
                 if isinstance(tenant.get("model"), dict) and "uri" in tenant["model"]:
-                    tenant["model"] = {**tenant["model"], "uri": _resolve(tenant["model"]["uri"], base_dir)}
+                    uri = _resolve(tenant["model"]["uri"], base_dir, model=True)
+                    tenant["model"] = {**tenant["model"], "uri": uri}
             tenants.append(tenant)
         out["tenants"] = tenants
     return out

@@ -58,14 +58,19 @@ def check_summary_path(path: Path) -> None:
 def check_model(job: JobConfig) -> None:
     """The tokenizer loads and the model's skeleton has the LoRA target modules.
 
-    The skeleton is built on PyTorch's meta device: no weights are read or allocated. A model
-    in S3 is left to the store check (its folder is downloaded only by the run).
+    The skeleton is built on PyTorch's meta device: no weights are read or allocated. A hub
+    id must be in the Hugging Face cache already (nothing is downloaded). A model in S3 is left to the store check (its folder is downloaded only by the run).
     """
     import torch
 
+    from fedtune.models.hub import hub_references, local_model_path
     from fedtune.models.lora import _check_targets, resolve_targets
     from fedtune.models.tokenizer import load_tokenizer
 
+    # Every hub id of the job (tenants' models, FedPT's, tokenizers) is in the cache: a
+    # preflight never downloads.
+    for _, uri in hub_references(job.model_dump()):
+        local_model_path(uri, cache_only=True)
     config = job.model
     # fork_rng: building a tiny model seeds torch's global generator, which the run must
     # find exactly as it would without a preflight (results stay bitwise equal).
@@ -75,8 +80,9 @@ def check_model(job: JobConfig) -> None:
 
             model, _ = build_model(config, job.tokenizer)
         elif isinstance(config, PretrainedModelConfig) and not config.uri.startswith("s3://"):
-            model = _skeleton(config.uri)
-            spec = job.tokenizer if job.tokenizer != "auto" else config.uri.removeprefix("file://")
+            local = local_model_path(config.uri, cache_only=True)
+            model = _skeleton(local, shown=config.uri)
+            spec = job.tokenizer if job.tokenizer != "auto" else local.removeprefix("file://")
             load_tokenizer(spec)
         else:
             return
@@ -84,12 +90,13 @@ def check_model(job: JobConfig) -> None:
     _check_targets(model, resolve_targets(job.lora.target_modules, arch))
 
 
-def _skeleton(uri: str) -> Any:
+def _skeleton(local: str, *, shown: str) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from fedtune.models.loading import check_model_dir
 
-    path = Path(uri.removeprefix("file://"))
+    uri = shown
+    path = Path(local.removeprefix("file://"))
     check_model_dir(path, shown=uri)
     try:
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
