@@ -7,6 +7,7 @@ what ``partition`` writes and the error messages must not depend on the containe
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import datasets
 import pytest
 
 from fedtune.cli.main import main
+from fedtune.config.job import LimitsConfig
 from fedtune.core.errors import DataError
 from fedtune.data.jsonl import write_jsonl
 from fedtune.data.loader import read_examples, read_numbered_examples, read_records
@@ -191,3 +193,15 @@ def test_s3_folder_and_parquet_read_through_the_store(
     )
     with pytest.raises(DataError, match=r"\.\./\.\./b/x\.arrow"):
         read_records(f"s3://{bucket}/tenants/a/evil")
+
+
+def test_rows_over_the_record_bound_are_skipped_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = {"instruction": "x" * 5000, "input": "", "output": "ok"}
+    path = _write(tmp_path, "data.parquet", [RECORDS[0], long, RECORDS[2]])
+    limits = LimitsConfig(max_record_bytes=4096)
+    with caplog.at_level(logging.WARNING):
+        numbered = read_numbered_examples(str(path), limits=limits)
+    assert [n for n, _ in numbered] == [1, 3]
+    assert "data.parquet, row 2: record of" in caplog.text and "max_record_bytes=4096" in caplog.text

@@ -67,9 +67,11 @@ def _job(tmp_path: Path, model: dict[str, object], **extra: object) -> Path:
 
 
 def test_bare_id_reads_as_hub_id_unless_a_folder_of_that_name_exists(tmp_path: Path) -> None:
-    path = _job(tmp_path, {"source": "pretrained", "uri": REPO, "tenant_uri": REPO})
-    assert load_job(path).model.uri == f"hf://{REPO}"  # type: ignore[union-attr]
-    assert load_job(path).model.tenant_uri == f"hf://{REPO}"  # type: ignore[union-attr]
+    path = _job(tmp_path, {"source": "pretrained", "uri": REPO, "tenant_uri": REPO}, tokenizer=REPO)
+    job = load_job(path)
+    assert job.model.uri == job.model.tenant_uri == job.tokenizer == f"hf://{REPO}"  # type: ignore[union-attr]
+    # A data path of the same shape stays a path: only model and tokenizer fields name hub ids.
+    assert job.tenants[0].data_uri.endswith("tenant-a.jsonl")
     (tmp_path / REPO).mkdir(parents=True)  # a folder that exists wins
     assert load_job(path).model.uri == str(tmp_path / REPO)  # type: ignore[union-attr]
     for path_like in ("./tinyorg/tiny-llama", "models/a/b", "../x/y"):
