@@ -26,7 +26,14 @@ from typing import Any, Final
 
 from fedtune.core.errors import DataError
 
-__all__ = ["DEFAULT_CHAT_TEMPLATE", "ROLES", "Turn", "chat_segments", "parse_messages"]
+__all__ = [
+    "DEFAULT_CHAT_TEMPLATE",
+    "ROLES",
+    "Turn",
+    "chat_segments",
+    "parse_messages",
+    "render_chat",
+]
 
 Turn = tuple[str, str]  # (role, content)
 
@@ -88,7 +95,13 @@ def parse_messages(value: Any, where: str) -> tuple[Turn, ...]:
     return tuple(turns)
 
 
-def _render(tokenizer: Any, turns: Sequence[Turn], generation: bool) -> str:
+def render_chat(tokenizer: Any, turns: Sequence[Turn], generation: bool) -> str:
+    """``turns`` as the tokenizer's chat template (or the default) writes them, with the
+    assistant's generation prompt at the end when ``generation``.
+
+    Raises:
+        DataError: The template fails on them.
+    """
     template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     messages = [{"role": role, "content": content} for role, content in turns]
     try:
@@ -119,8 +132,8 @@ def chat_segments(turns: Sequence[Turn], tokenizer: Any) -> list[tuple[str, bool
     for index, (role, _) in enumerate(turns):
         if role != "assistant":
             continue
-        prompt = _render(tokenizer, turns[:index], True)
-        full = _render(tokenizer, turns[: index + 1], False)
+        prompt = render_chat(tokenizer, turns[:index], True)
+        full = render_chat(tokenizer, turns[: index + 1], False)
         if not prompt.startswith(done) or not full.startswith(prompt):
             raise DataError(
                 f"the chat template renders the turns before turn {index} differently once "
@@ -132,3 +145,4 @@ def chat_segments(turns: Sequence[Turn], tokenizer: Any) -> list[tuple[str, bool
         segments += [(prompt[len(done):], False), (full[len(prompt):], True)]
         done = full
     return [(text, trained) for text, trained in segments if text]
+

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 from fedtune.core.errors import DataError
 from fedtune.data.chat import DEFAULT_CHAT_TEMPLATE
 from fedtune.data.formats import to_example
+from fedtune.data.templates import render_prompt, training_prompt
 from fedtune.data.tokenize import IGNORE_INDEX, encode_example, encode_examples
 from fedtune.models.tokenizer import load_tokenizer
 
@@ -132,3 +133,13 @@ def test_malformed_chat_records_say_what_and_where(messages: object, expected: s
         to_example({"messages": messages}, source="chat.jsonl", line=7)
     assert str(raised.value).startswith("chat.jsonl, line 7: ") and raised.value.record == 7
     assert '"role"' in raised.value.fix
+
+
+def test_the_audit_prompts_a_chat_as_it_was_trained(chatml: PreTrainedTokenizerFast) -> None:
+    turns = CONVERSATIONS[1]
+    whole = chatml.apply_chat_template(
+        [{"role": r, "content": c} for r, c in turns], chat_template=CHATML, tokenize=False
+    )
+    assert training_prompt(_example(turns), chatml) + "6<|im_end|>\n" == whole
+    plain = to_example({"instruction": "Say hi.", "output": "Hi"})
+    assert training_prompt(plain, chatml) == render_prompt(plain)
