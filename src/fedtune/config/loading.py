@@ -66,7 +66,7 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def _resolve(value: Any, base_dir: Path, *, model: bool = False) -> Any:
+def _resolve(value: Any, base_dir: Path, *, model: bool = False, paths: bool = True) -> Any:
     if not isinstance(value, str) or "://" in value or value in ("builtin", "auto"):
         return value
     if model:
@@ -74,11 +74,15 @@ def _resolve(value: Any, base_dir: Path, *, model: bool = False) -> Any:
 
         if (hub := bare_hub_uri(value, base_dir)) is not None:
             return hub
+    if not paths:
+        return value
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else (base_dir / path).resolve())
 
 
-def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+def _resolve_paths(raw: dict[str, Any], base_dir: Path, *, paths: bool = True) -> dict[str, Any]:
+    """``raw`` with relative paths made absolute (unless not ``paths``) and bare hub ids in
+    model and tokenizer fields written as ``hf://`` ids."""
     out = dict(raw)
     for field_path in (*_PATH_FIELDS, *_HUB_ONLY_FIELDS):
         parent: Any = out
@@ -90,14 +94,12 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
             parent[part] = child = dict(child)
             parent = child
         if isinstance(parent, dict) and field_path[-1] in parent:
-            value, name = parent[field_path[-1]], field_path[-1]
-            if field_path in _HUB_ONLY_FIELDS:
-                from fedtune.models.hub import bare_hub_uri
-
-                hub = bare_hub_uri(value, base_dir) if isinstance(value, str) else None
-                parent[name] = hub or value
-            else:
-                parent[name] = _resolve(value, base_dir, model=field_path in _MODEL_FIELDS)
+            parent[field_path[-1]] = _resolve(
+                parent[field_path[-1]],
+                base_dir,
+                model=field_path in _MODEL_FIELDS or field_path in _HUB_ONLY_FIELDS,
+                paths=paths and field_path not in _HUB_ONLY_FIELDS,
+            )
     if isinstance(out.get("tenants"), list):
         tenants = []
         for tenant in out["tenants"]:
@@ -105,9 +107,11 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
                 tenant = dict(tenant)
                 for key in _TENANT_PATH_FIELDS:
                     if key in tenant:
-                        tenant[key] = _resolve(tenant[key], base_dir, model=key == "tokenizer")
+                        tenant[key] = _resolve(
+                            tenant[key], base_dir, model=key == "tokenizer", paths=paths
+                        )
                 if isinstance(tenant.get("model"), dict) and "uri" in tenant["model"]:
-                    uri = _resolve(tenant["model"]["uri"], base_dir, model=True)
+                    uri = _resolve(tenant["model"]["uri"], base_dir, model=True, paths=paths)
                     tenant["model"] = {**tenant["model"], "uri": uri}
             tenants.append(tenant)
         out["tenants"] = tenants
@@ -134,8 +138,9 @@ def parse_job(raw: Any, *, base_dir: Path | None = None, source: str = "<job>") 
             f"{source}: the job file must be a YAML mapping at the top level, got {type(raw).__name__}",
             fix="Start the file with `name: my-job` and the other sections (see examples/).",
         )
-    if base_dir is not None:
-        raw = _resolve_paths(raw, base_dir)
+    # Without a job file (a run form, a pod's JSON) paths stay as given; a bare hub id still
+    # reads as one unless such a folder exists here.
+    raw = _resolve_paths(raw, base_dir or Path.cwd(), paths=base_dir is not None)
     try:
         job = JobConfig.model_validate(raw)
     except ValidationError as exc:

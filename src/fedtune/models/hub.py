@@ -131,13 +131,19 @@ def local_model_path(uri: str, *, cache_only: bool = False) -> str:
                 cache_dir=_cache_dir(),
                 local_files_only=offline,
                 allow_patterns=_ALLOW,
+                endpoint=os.environ.get("HF_ENDPOINT") or None,  # a mirror, read when called
             )
         )
     except LocalEntryNotFoundError as exc:
-        where = "offline (HF_HUB_OFFLINE=1)" if _offline() else "without download"
+        if _offline():
+            where = "looked offline: HF_HUB_OFFLINE=1"
+        elif cache_only:
+            where = "looked without downloading"
+        else:
+            where = f"and downloading it failed: {str(exc)[:200]}"
         raise ModelError(
             f"hub model {repo_id!r}{f' at {revision!r}' if revision else ''} is not in the "
-            f"Hugging Face cache {str(cache_folder(repo_id))!r} (looked {where})",
+            f"Hugging Face cache {str(cache_folder(repo_id))!r} ({where})",
             fix=_fetch_fix(repo_id, revision) + " A bare org/name in a job is a hub id only "
             "when no folder of that name exists beside the job file.",
         ) from exc

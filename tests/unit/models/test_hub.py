@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from fedtune.cli.main import main
 from fedtune.config import load_job
+from fedtune.config.loading import parse_job_text
 from fedtune.core.errors import ModelError
 from fedtune.engines.preflight import check_model
 from fedtune.models import load_pretrained
@@ -72,6 +73,8 @@ def test_bare_id_reads_as_hub_id_unless_a_folder_of_that_name_exists(tmp_path: P
     assert job.model.uri == job.model.tenant_uri == job.tokenizer == f"hf://{REPO}"  # type: ignore[union-attr]
     # A data path of the same shape stays a path: only model and tokenizer fields name hub ids.
     assert job.tenants[0].data_uri.endswith("tenant-a.jsonl")
+    # A job given as text (a KFP run form) has no folder to resolve against: still a hub id.
+    assert parse_job_text(path.read_text()).model.uri == f"hf://{REPO}"  # type: ignore[union-attr]
     (tmp_path / REPO).mkdir(parents=True)  # a folder that exists wins
     assert load_job(path).model.uri == str(tmp_path / REPO)  # type: ignore[union-attr]
     for path_like in ("./tinyorg/tiny-llama", "models/a/b", "../x/y"):
@@ -140,3 +143,15 @@ def test_revision_is_read_from_its_ref(cache: Path) -> None:
         local_model_path(f"hf://{REPO}@v1")
     (cache.parents[1] / "refs" / "v1").write_text(COMMIT)
     assert local_model_path(f"hf://{REPO}@v1") == str(cache)
+
+
+def test_a_failed_download_says_so_and_how_to_fetch(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once
+    with pytest.raises(ModelError) as raised:
+        local_model_path("hf://tinyorg/absent")
+    assert "'tinyorg/absent'" in str(raised.value) and "download" in str(raised.value)
+    assert "hf download tinyorg/absent" in raised.value.fix
+    assert local_model_path(f"hf://{REPO}") == str(cache)  # a cached model needs no network
