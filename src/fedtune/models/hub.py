@@ -180,7 +180,7 @@ def describe(uri: str) -> str:
     try:
         found = f"in the cache: {local_model_path(uri, cache_only=True)}"
     except ModelError:
-        later = "the run fails" if _offline() else "the run downloads it"
+        later = "with HF_HUB_OFFLINE=1 the run fails" if _offline() else "the run downloads it"
         found = f"not in the cache yet ({later}; fetch it with `hf download {repo_id}`)"
     at = f" at {revision}" if revision else ""
     return f"Hugging Face model {repo_id}{at} from {cache_folder(repo_id)}, {found}"

@@ -126,7 +126,7 @@ def test_validate_deep_checks_the_cache_and_says_how_to_fetch(
     assert f"hf download {REPO}" in raised.value.fix and f"huggingface-cli download {REPO}" in raised.value.fix
     # Plain validate still passes and says the model is missing and how to fetch it.
     assert main(["validate", _job(tmp_path, {"source": "pretrained", "uri": REPO, "tenant_uri": REPO}).as_posix()]) == 0
-    assert "not in the cache yet (the run fails" in capsys.readouterr().out
+    assert "not in the cache yet (with HF_HUB_OFFLINE=1 the run fails" in capsys.readouterr().out
     assert main(["validate", "--deep", str(tmp_path / "job.yaml")]) == ModelError.exit_code
 
 
