@@ -1,8 +1,7 @@
 """Hub ids (``org/name``, ``hf://org/name``) read from a local Hugging Face cache, offline.
 
-The cache is built by hand in the layout huggingface_hub documents
-(``models--org--name/refs/main`` naming a commit, ``snapshots/<commit>/`` holding the files),
-with a tiny Llama made from a config: nothing is downloaded.
+The cache is built by hand (tests/helpers/hub_cache.py) with a tiny Llama made from a
+config: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from fedtune.cli.main import main
 from fedtune.config import load_job
@@ -23,9 +22,8 @@ from fedtune.models import load_pretrained
 from fedtune.models.hub import hub_repo, local_model_path
 from fedtune.models.tokenizer import load_tokenizer
 from fedtune.training.context import build_model
+from tests.helpers.hub_cache import COMMIT, REPO, build_hub_cache
 
-REPO = "tinyorg/tiny-llama"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TENANTS = [
     {"name": f"tenant-{x}", "data_uri": str(Path("examples/data/quickstart").resolve() / f"tenant-{x}.jsonl")}
     for x in "abc"
@@ -35,25 +33,7 @@ TENANTS = [
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An HF cache holding REPO at COMMIT (refs/main), and the env that points at it."""
-    hub = tmp_path / "hf" / "hub"
-    repo = hub / "models--tinyorg--tiny-llama"
-    snapshot = repo / "snapshots" / COMMIT
-    tokenizer = load_tokenizer("builtin")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(3)
-    LlamaForCausalLM(config).save_pretrained(snapshot)
-    tokenizer.save_pretrained(snapshot)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return snapshot
+    return build_hub_cache(tmp_path / "hf", monkeypatch)
 
 
 def _job(tmp_path: Path, model: dict[str, object], **extra: object) -> Path:
