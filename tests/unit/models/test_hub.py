@@ -135,3 +135,14 @@ def test_a_failed_download_says_so_and_how_to_fetch(
     assert "'tinyorg/absent'" in str(raised.value) and "download" in str(raised.value)
     assert "hf download tinyorg/absent" in raised.value.fix
     assert local_model_path(f"hf://{REPO}") == str(cache)  # a cached model needs no network
+
+
+def test_a_cluster_job_says_how_to_move_a_hub_model_to_s3(tmp_path: Path) -> None:
+    from fedtune.pipelines.builder import DEFAULT_CLUSTER
+    from fedtune.pipelines.compiling import cluster_problems
+
+    job = load_job(_job(tmp_path, {"source": "pretrained", "uri": REPO, "tenant_uri": REPO}))
+    assert (
+        f"model.uri is 'hf://{REPO}': set an s3:// URI (pods share no Hugging Face cache: "
+        f"`hf download {REPO} --local-dir DIR`, upload DIR)"
+    ) in cluster_problems(job, DEFAULT_CLUSTER)
