@@ -146,3 +146,15 @@ def test_a_cluster_job_says_how_to_move_a_hub_model_to_s3(tmp_path: Path) -> Non
         f"model.uri is 'hf://{REPO}': set an s3:// URI (pods share no Hugging Face cache: "
         f"`hf download {REPO} --local-dir DIR`, upload DIR)"
     ) in cluster_problems(job, DEFAULT_CLUSTER)
+
+
+def test_a_run_fetches_a_missing_model_where_validate_deep_only_looks(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = load_job(_job(tmp_path, {"source": "pretrained", "uri": "tinyorg/absent", "tenant_uri": REPO}))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the "hub": refuses at once
+    with pytest.raises(ModelError, match="looked without downloading"):
+        check_model(job)  # validate --deep
+    with pytest.raises(ModelError, match="downloading it failed: .*Connection refused"):
+        check_model(job, download=True)  # the run's preflight tried the hub
