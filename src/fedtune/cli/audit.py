@@ -127,7 +127,7 @@ def register_audit(sub: Any) -> None:
     )
     mem.add_argument("--data", required=True, metavar="URI",
                      help="training data (JSONL; path, file:// or s3://)")
-    mem.add_argument("--format", choices=("auto", "alpaca", "dolly", "gsm8k"), default="auto",
+    mem.add_argument("--format", choices=("auto", "alpaca", "dolly", "gsm8k", "chat"), default="auto",
                      help="record format of --data (default: detected)")
     mem.add_argument("--records", type=int, default=DEFAULT_RECORDS, metavar="N",
                      help=f"records audited, a seeded sample (default {DEFAULT_RECORDS})")

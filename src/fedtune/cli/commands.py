@@ -35,6 +35,7 @@ def _validate(args: argparse.Namespace) -> int:
 
         for warning in run_checks(job, tenants=TenantEnvs(job)):
             out.print(f"[yellow]warning:[/] {escape(warning)}")
+    _print_hub_models(job.model_dump())
     out.print(
         f"[green]ok[/] {args.job}{' (deep)' if args.deep else ''}"
         f"{f' with {len(args.overrides)} override(s)' if args.overrides else ''}: job [bold]{job.name}[/], "
@@ -42,6 +43,14 @@ def _validate(args: argparse.Namespace) -> int:
         f"{len(job.tenants)} tenants, {job.rounds} rounds, {job.sampled_per_round} per round"
     )
     return 0
+
+
+def _print_hub_models(dump: dict[str, Any]) -> None:
+    """Say where each hub id of the job is read from (plain validate opens nothing else)."""
+    from fedtune.models.hub import describe, hub_references
+
+    for field, uri in hub_references(dump):
+        out.print(f"{field}: {escape(describe(uri))}", soft_wrap=True)
 
 
 def register_validate(sub: Any) -> None:

@@ -98,9 +98,10 @@ def register_partition(sub: Any) -> None:
     """Add ``fedtune partition`` to the CLI."""
     p = sub.add_parser(
         "partition",
-        help="split a JSONL dataset into per-tenant files (IID, by field, pathological, "
+        help="split a dataset into per-tenant JSONL files (IID, by field, pathological, "
         "Dirichlet, few-shot clusters)",
-        description="Split INPUT (a JSONL file: path, file:// or s3:// URI) into one JSONL per "
+        description="Split INPUT (a JSONL, JSON, CSV or Parquet file, or a datasets "
+        "save_to_disk folder: path, file:// or s3:// URI) into one JSONL per "
         "tenant and print a tenant x category count table (x --field, if given). Every "
         "strategy is seeded: the same input, options and seed write the same bytes.",
         epilog="strategies:\n"
@@ -116,7 +117,7 @@ def register_partition(sub: Any) -> None:
         "                    installed, else TF-IDF; the output says which one ran",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("input", help="the dataset to split (JSONL)")
+    p.add_argument("input", help="the dataset to split (JSONL, JSON, CSV, Parquet, save_to_disk folder)")
     p.add_argument(
         "--strategy",
         required=True,

@@ -186,10 +186,13 @@ class TenantConfig(StrictModel):
 
     name: Dns1123Label = Field(description="Tenant name (DNS-1123 label).")
     data_uri: StoreUri = Field(
-        min_length=1, max_length=2048, description="JSONL training data: path, file:// or s3:// URI."
+        min_length=1,
+        max_length=2048,
+        description="Training data: path, file:// or s3:// URI of a JSONL, JSON, CSV or Parquet "
+        "file, or of a folder written by datasets' save_to_disk.",
     )
-    data_format: Literal["auto", "alpaca", "dolly", "gsm8k"] = Field(
-        "auto", description="Record format of the data file."
+    data_format: Literal["auto", "alpaca", "dolly", "gsm8k", "chat"] = Field(
+        "auto", description="Record format of the data (chat: 'messages' lists)."
     )
     namespace: Dns1123Label | None = Field(
         None, description="Kubernetes namespace of the tenant's steps (default: the name)."

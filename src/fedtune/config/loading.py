@@ -26,6 +26,11 @@ _PATH_FIELDS: tuple[tuple[str, ...], ...] = (
     ("model", "tenant_uri"),
 )
 _TENANT_PATH_FIELDS = ("data_uri", "store_uri", "tokenizer")  # + model.uri (fedmkt)
+# Fields that name a model or tokenizer: there a bare ``org/name`` that is no folder beside the
+# job file is a Hugging Face hub id (fedtune.models.hub). FedPT's large model is read by the
+# provider from where it runs, so only its hub ids are rewritten, not its relative paths.
+_MODEL_FIELDS = {("tokenizer",), ("model", "uri"), ("model", "tenant_uri")}
+_HUB_ONLY_FIELDS = (("algorithm", "large_model", "uri"), ("algorithm", "large_model", "tokenizer"))
 
 # A fix for each pydantic error type that has no message of our own.
 _FIXES = {
@@ -64,16 +69,25 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def _resolve(value: Any, base_dir: Path) -> Any:
+def _resolve(value: Any, base_dir: Path, *, model: bool = False, paths: bool = True) -> Any:
     if not isinstance(value, str) or "://" in value or value in ("builtin", "auto"):
+        return value
+    if model:
+        from fedtune.models.hub import bare_hub_uri
+
+        if (hub := bare_hub_uri(value, base_dir)) is not None:
+            return hub
+    if not paths:
         return value
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else (base_dir / path).resolve())
 
 
-def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+def _resolve_paths(raw: dict[str, Any], base_dir: Path, *, paths: bool = True) -> dict[str, Any]:
+    """``raw`` with relative paths made absolute (unless not ``paths``) and bare hub ids in
+    model and tokenizer fields written as ``hf://`` ids."""
     out = dict(raw)
-    for field_path in _PATH_FIELDS:
+    for field_path in (*_PATH_FIELDS, *_HUB_ONLY_FIELDS):
         parent: Any = out
         for part in field_path[:-1]:
             child = parent.get(part) if isinstance(parent, dict) else None
@@ -83,7 +97,12 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
             parent[part] = child = dict(child)
             parent = child
         if isinstance(parent, dict) and field_path[-1] in parent:
-            parent[field_path[-1]] = _resolve(parent[field_path[-1]], base_dir)
+            parent[field_path[-1]] = _resolve(
+                parent[field_path[-1]],
+                base_dir,
+                model=field_path in _MODEL_FIELDS or field_path in _HUB_ONLY_FIELDS,
+                paths=paths and field_path not in _HUB_ONLY_FIELDS,
+            )
     if isinstance(out.get("tenants"), list):
         tenants = []
         for tenant in out["tenants"]:
@@ -91,9 +110,12 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
                 tenant = dict(tenant)
                 for key in _TENANT_PATH_FIELDS:
                     if key in tenant:
-                        tenant[key] = _resolve(tenant[key], base_dir)
+                        tenant[key] = _resolve(
+                            tenant[key], base_dir, model=key == "tokenizer", paths=paths
+                        )
                 if isinstance(tenant.get("model"), dict) and "uri" in tenant["model"]:
-                    tenant["model"] = {**tenant["model"], "uri": _resolve(tenant["model"]["uri"], base_dir)}
+                    uri = _resolve(tenant["model"]["uri"], base_dir, model=True, paths=paths)
+                    tenant["model"] = {**tenant["model"], "uri": uri}
             tenants.append(tenant)
         out["tenants"] = tenants
     return out
@@ -196,7 +218,8 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[Override]) -> dict
     for override in overrides:
         where = override.apply(out)
         if _is_path_field(where) and isinstance(override.value, str):
-            _set(out, where, _resolve(override.value, Path.cwd()))
+            named = where in _MODEL_FIELDS or where[-1] == "tokenizer" or where[-2:] == ("model", "uri")
+            _set(out, where, _resolve(override.value, Path.cwd(), model=named))
     return out
 
 
@@ -221,8 +244,9 @@ def parse_job(
         )
     if overrides:
         raw = _apply_overrides(raw, overrides)
-    if base_dir is not None:
-        raw = _resolve_paths(raw, base_dir)
+    # Without a job file (a run form, a pod's JSON) paths stay as given; a bare hub id still
+    # reads as one unless such a folder exists here.
+    raw = _resolve_paths(raw, base_dir or Path.cwd(), paths=base_dir is not None)
     job, problems = _validate_in_stages(raw)
     if job is None:
         raise ConfigError(

@@ -1,28 +1,32 @@
 """Instruction-data record formats, normalised into one :class:`Example`.
 
-Three formats are understood (the datasets of the FedBiOT / FedPT / FewFedPIT papers):
+Four formats are understood (the datasets of the FedBiOT / FedPT / FewFedPIT papers, and
+the chat records of FlowerTune / OpenFedLLM):
 
 | format | fields (required in bold)                                       |
 |--------|-----------------------------------------------------------------|
 | alpaca | **instruction**, input, **output** (category)                   |
 | dolly  | **instruction**, context, **response**, category                |
 | gsm8k  | **question**, **answer** (category)                             |
+| chat   | **messages** (a list of ``{role, content}``), category          |
 
 GSM8K answers end with a ``#### N`` line; it is rewritten to ``The answer is N`` so training
 targets end the way the 8-shot evaluation prompt's exemplars do (FedBiOT Appendix D).
 GSM8K's calculator annotations (``<<48/2=24>>``) are removed too: they are tool markup, not
-language, and the exemplars never contain them.
+language, and the exemplars never contain them. Chat records are rendered with the
+tokenizer's chat template when encoded (:mod:`fedtune.data.chat`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from fedtune.core.errors import DataError
+from fedtune.data.chat import Turn, parse_messages
 from fedtune.data.jsonl import iter_jsonl
 
 __all__ = [
@@ -32,10 +36,11 @@ __all__ = [
     "detect_format",
     "load_examples",
     "load_numbered_examples",
+    "numbered_examples",
     "to_example",
 ]
 
-Format = Literal["alpaca", "dolly", "gsm8k"]
+Format = Literal["alpaca", "dolly", "gsm8k", "chat"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +52,16 @@ class Example:
         input: Extra context for the task; ``""`` when there is none.
         response: The target text the model learns to produce.
         category: The record's class (Dolly's ``category``, the synthetic task name), if any.
+        messages: A chat record's turns as ``(role, content)``; ``()`` for the other formats.
+            Its last user turn is ``instruction`` and its last assistant turn ``response``,
+            which is what prompt-and-answer code (evaluation, audits) sees of a chat.
     """
 
     instruction: str
     input: str
     response: str
     category: str | None = None
+    messages: tuple[Turn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,14 +79,15 @@ FORMATS: Final[dict[Format, _Spec]] = {
     "dolly": _Spec(required=("instruction", "response"), optional=("context", "category")),
     "alpaca": _Spec(required=("instruction", "output"), optional=("input", "category")),
     "gsm8k": _Spec(required=("question", "answer"), optional=("category",)),
+    "chat": _Spec(required=("messages",), optional=("category",)),
 }
 
 _GSM8K_FINAL = re.compile(r"\n?[ \t]*####[ \t]*(?P<answer>[^\n]*?)\s*$")
 _GSM8K_CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
-def _where(source: str, line: int | None) -> str:
-    return f"{source}, line {line}" if line is not None else source
+def _where(source: str, line: int | None, unit: str = "line") -> str:
+    return f"{source}, {unit} {line}" if line is not None else source
 
 
 def _present(record: Mapping[str, Any]) -> str:
@@ -85,7 +95,11 @@ def _present(record: Mapping[str, Any]) -> str:
 
 
 def detect_format(
-    record: Mapping[str, Any], *, source: str = "<records>", line: int | None = None
+    record: Mapping[str, Any],
+    *,
+    source: str = "<records>",
+    line: int | None = None,
+    unit: str = "line",
 ) -> Format:
     """Guess a record's format from its keys.
 
@@ -102,10 +116,11 @@ def detect_format(
     candidates = complete or [name for name, hits in overlap.items() if hits > 0]
     if not candidates:
         raise DataError(
-            f"{_where(source, line)}: cannot tell the record format; fields present: "
+            f"{_where(source, line, unit)}: cannot tell the record format; fields present: "
             f"{_present(record)}",
             fix="Use Alpaca (instruction/input/output), Dolly (instruction/context/response/"
-            "category) or GSM8K (question/answer) fields, or set the format explicitly.",
+            "category), GSM8K (question/answer) or chat (messages) fields, or set the format "
+            "explicitly.",
         )
     # max() keeps the first of equal scores, i.e. the FORMATS order.
     return max(candidates, key=lambda name: overlap[name])
@@ -144,6 +159,7 @@ def to_example(
     *,
     source: str = "<records>",
     line: int | None = None,
+    unit: str = "line",
 ) -> Example:
     """Normalise one record into an :class:`Example` (see :func:`_to_example`).
 
@@ -151,7 +167,7 @@ def to_example(
     what a provider may learn of a tenant's bad record.
     """
     try:
-        return _to_example(record, format, source=source, line=line)
+        return _to_example(record, format, source=source, line=line, unit=unit)
     except DataError as exc:
         if exc.record is None:
             exc.record = line
@@ -164,22 +180,25 @@ def _to_example(
     *,
     source: str = "<records>",
     line: int | None = None,
+    unit: str = "line",
 ) -> Example:
     """Normalise one record into an :class:`Example`.
 
     Args:
         record: The parsed JSON object.
-        format: ``"alpaca"``, ``"dolly"`` or ``"gsm8k"``; detected from the keys when ``None``.
+        format: ``"alpaca"``, ``"dolly"``, ``"gsm8k"`` or ``"chat"``; detected from the keys
+            when ``None``.
         source: File path or store URI, for error messages.
-        line: 1-based line number in ``source``, for error messages.
+        line: 1-based line (or row) number in ``source``, for error messages.
+        unit: What ``line`` counts in messages: ``"line"`` (JSON Lines) or ``"row"``.
 
     Raises:
         DataError: On an unknown format, missing required fields or non-string values; the
             message names the source, the line, the missing fields and the fields present.
     """
-    where = _where(source, line)
+    where = _where(source, line, unit)
     if format is None:
-        format = detect_format(record, source=source, line=line)
+        format = detect_format(record, source=source, line=line, unit=unit)
     elif format not in FORMATS:
         raise DataError(
             f"unknown record format {format!r} for {source}",
@@ -195,6 +214,15 @@ def _to_example(
             f"it is not {format}.",
         )
     category = _text(record, "category", where, required=False) or None
+    if format == "chat":
+        turns = parse_messages(record["messages"], where)
+        return Example(
+            instruction=next((c for r, c in reversed(turns) if r == "user"), ""),
+            input="",
+            response=next(c for r, c in reversed(turns) if r == "assistant"),
+            category=category,
+            messages=turns,
+        )
     if format == "alpaca":
         return Example(
             instruction=_text(record, "instruction", where, required=True),
@@ -260,14 +288,32 @@ def load_numbered_examples(
         DataError: As :func:`load_examples`.
     """
     name = source or (str(data) if isinstance(data, str | Path) else "<bytes>")
+    return numbered_examples(iter_jsonl(data, name, max_record_bytes=max_record_bytes), name, format)
+
+
+def numbered_examples(
+    records: Iterable[tuple[int, Mapping[str, Any]]],
+    name: str,
+    format: Format | None = None,
+    *,
+    unit: str = "line",
+) -> list[tuple[int, Example]]:
+    """``(number, example)`` for numbered records (JSON Lines lines, or rows of a table).
+
+    The format is detected from the first record and required of the others.
+
+    Raises:
+        DataError: On a malformed record, or when there is none.
+    """
     examples: list[tuple[int, Example]] = []
-    for line, record in iter_jsonl(data, name, max_record_bytes=max_record_bytes):
+    for line, record in records:
         if format is None:
-            format = detect_format(record, source=name, line=line)
-        examples.append((line, to_example(record, format, source=name, line=line)))
+            format = detect_format(record, source=name, line=line, unit=unit)
+        examples.append((line, to_example(record, format, source=name, line=line, unit=unit)))
     if not examples:
         raise DataError(
             f"dataset {name} holds no records",
-            fix="Point data_uri at a JSON Lines file with at least one record.",
+            fix="Point data_uri at a dataset file (JSON Lines, JSON, CSV, Parquet or a "
+            "save_to_disk folder) with at least one record.",
         )
     return examples

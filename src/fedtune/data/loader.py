@@ -1,8 +1,10 @@
 """Reading a dataset named by a store URI (a tenant's bucket or a local file).
 
-The object is streamed, never read whole: a line longer than ``limits.max_record_bytes``
+JSON Lines is streamed, never read whole: a line longer than ``limits.max_record_bytes``
 (default 1 MiB) is skipped as it arrives, so one huge record costs neither minutes nor
-gigabytes. S3 requests wait within the job's ``limits`` too.
+gigabytes. JSON, CSV, Parquet and ``save_to_disk`` folders are read by the ``datasets``
+library (:mod:`fedtune.data.files`, which says how each is told apart). S3 requests wait
+within the job's ``limits`` too.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fedtune.data.formats import Example, Format, load_examples, load_numbered_examples
+from fedtune.data.formats import (
+    Example,
+    Format,
+    load_examples,
+    load_numbered_examples,
+    numbered_examples,
+)
 from fedtune.data.jsonl import DEFAULT_MAX_RECORD_BYTES, read_jsonl
 
 if TYPE_CHECKING:
@@ -20,18 +28,22 @@ if TYPE_CHECKING:
 __all__ = ["read_examples", "read_numbered_examples", "read_records"]
 
 T = TypeVar("T")
+Rows = list[tuple[int, dict[str, Any]]]
 
 
 @contextmanager
-def _stream(uri: str, endpoint_url: str | None, limits: LimitsConfig | None) -> Iterator[Any]:
+def _opened(uri: str, endpoint_url: str | None, limits: LimitsConfig | None) -> Iterator[tuple[Any, str]]:
+    """The store holding ``uri``'s object (or folder) and its key there."""
     # Imported here so formats, templates and partitioners load without a store backend.
+    from fedtune.core.errors import StoreError
     from fedtune.storage import open_store, split_object_uri
     from fedtune.storage.s3 import S3Bounds
 
-    root, key = split_object_uri(uri)
-    store = open_store(root, endpoint_url=endpoint_url, bounds=S3Bounds.of(limits))
-    with store.reading(key) as stream:  # type: ignore[attr-defined]
-        yield stream
+    try:  # a save_to_disk folder may be named with a trailing "/"; a file never is
+        root, key = split_object_uri(uri.rstrip("/") if uri.endswith("/") else uri)
+    except StoreError:
+        root, key = split_object_uri(uri)  # the message names what the user wrote
+    yield open_store(root, endpoint_url=endpoint_url, bounds=S3Bounds.of(limits)), key
 
 
 def _load(
@@ -39,23 +51,35 @@ def _load(
     endpoint_url: str | None,
     limits: LimitsConfig | None,
     parse: Callable[..., T],
+    from_rows: Callable[[Rows], T],
     **kwargs: Any,
 ) -> T:
+    from fedtune.data.files import kind_of, read_rows
+
     bound = limits.max_record_bytes if limits is not None else DEFAULT_MAX_RECORD_BYTES
-    with _stream(uri, endpoint_url, limits) as stream:
-        return parse(stream, source=uri, max_record_bytes=bound, **kwargs)
+    with _opened(uri, endpoint_url, limits) as (store, key):
+        kind = kind_of(store, key)
+        if kind is not None:
+            return from_rows(read_rows(store, key, uri, kind, max_record_bytes=bound))
+        if uri.endswith("/"):
+            from fedtune.storage import split_object_uri
+
+            split_object_uri(uri)  # a folder that holds no dataset: the store's own message
+        with store.reading(key) as stream:
+            return parse(stream, source=uri, max_record_bytes=bound, **kwargs)
 
 
 def read_records(
     uri: str, *, endpoint_url: str | None = None, limits: LimitsConfig | None = None
 ) -> list[dict[str, Any]]:
-    """The raw JSON objects of the JSON Lines file at ``uri`` (errors name the URI and line).
+    """The raw records of the dataset at ``uri`` (JSON Lines objects, or the rows of a JSON,
+    CSV, Parquet or ``save_to_disk`` dataset); errors name the URI and line or row.
 
     Raises:
         StoreError: If the object cannot be read.
-        DataError: On a malformed line.
+        DataError: On a malformed line or file.
     """
-    return _load(uri, endpoint_url, limits, read_jsonl)
+    return _load(uri, endpoint_url, limits, read_jsonl, lambda rows: [r for _, r in rows])
 
 
 def read_examples(
@@ -71,7 +95,11 @@ def read_examples(
         StoreError: If the object cannot be read.
         DataError: On a malformed line or record, or an empty file.
     """
-    return _load(uri, endpoint_url, limits, load_examples, format=format)
+    return _load(
+        uri, endpoint_url, limits, load_examples,
+        lambda rows: [e for _, e in numbered_examples(rows, uri, format, unit="row")],
+        format=format,
+    )
 
 
 def read_numbered_examples(
@@ -81,10 +109,14 @@ def read_numbered_examples(
     endpoint_url: str | None = None,
     limits: LimitsConfig | None = None,
 ) -> list[tuple[int, Example]]:
-    """The examples at ``uri``, each with its line number in the file (from 1).
+    """The examples at ``uri``, each with its line (JSON Lines) or row number (from 1).
 
     Raises:
         StoreError: If the object cannot be read.
         DataError: On a malformed line or record, or an empty file.
     """
-    return _load(uri, endpoint_url, limits, load_numbered_examples, format=format)
+    return _load(
+        uri, endpoint_url, limits, load_numbered_examples,
+        lambda rows: numbered_examples(rows, uri, format, unit="row"),
+        format=format,
+    )

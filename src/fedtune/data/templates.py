@@ -16,7 +16,7 @@ text leaves open, made explicit here:
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import Example
@@ -28,6 +28,7 @@ __all__ = [
     "GSM8K_FEW_SHOT_PREAMBLE",
     "gsm8k_few_shot_prompt",
     "render_prompt",
+    "training_prompt",
 ]
 
 ALPACA_PROMPT_INPUT: Final[str] = (
@@ -128,3 +129,14 @@ def gsm8k_few_shot_prompt(question: str, shots: int = 8) -> str:
         )
     demos = "".join(_SHOT.format(question=q, response=r) for q, r in GSM8K_EXEMPLARS[:shots])
     return f"{GSM8K_FEW_SHOT_PREAMBLE}\n\n{demos}{_QUERY.format(question=question)}"
+
+
+def training_prompt(example: Example, tokenizer: Any) -> str:
+    """The text the model read before its (last) answer in training: a chat rendered up to
+    its last assistant turn with the generation prompt, else :func:`render_prompt`."""
+    if not example.messages:
+        return render_prompt(example)
+    from fedtune.data.chat import render_chat
+
+    last = max(i for i, (role, _) in enumerate(example.messages) if role == "assistant")
+    return render_chat(tokenizer, example.messages[:last], True)

@@ -9,6 +9,10 @@ Truncation: when prompt + response + EOS exceed ``max_len``, the sequence is cut
 the prompt is kept from its start and the response loses its tail (the EOS goes first). If
 the prompt alone leaves no room for a single response token the example cannot teach
 anything; :func:`encode_example` raises and :func:`encode_examples` skips it.
+
+A chat example (``messages``) is rendered with the tokenizer's chat template instead and
+learns only its assistant turns (:mod:`fedtune.data.chat`); its EOS is the template's
+end-of-turn text, and it is truncated the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from fedtune.core.errors import DataError
+from fedtune.data.chat import chat_segments
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
 
@@ -31,6 +36,11 @@ logger = logging.getLogger(__name__)
 IGNORE_INDEX: Final[int] = -100
 
 Encoded = dict[str, list[int]]
+
+
+class _TooLong(DataError):
+    """An example that cannot fit ``max_len``: skipped by :func:`encode_examples`, whereas
+    any other problem (a chat template that fails) stops it."""
 
 
 def _bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -77,16 +87,37 @@ def encode_example(example: Example, tokenizer: PreTrainedTokenizerBase, max_len
             no room for the response.
     """
     eos = _check(tokenizer, max_len)
+    if example.messages:
+        return _encode_chat(example, tokenizer, max_len)
     prompt = _bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
     response = [*_ids(tokenizer, example.response), eos]
     if len(prompt) >= max_len:
-        raise DataError(
+        raise _TooLong(
             f"prompt of {len(prompt)} tokens leaves no room for the response at "
             f"max_len={max_len} (instruction starts {example.instruction[:40]!r})",
             fix="Raise max_len or drop records with long instructions/inputs.",
         )
     input_ids = (prompt + response)[:max_len]
     labels = ([IGNORE_INDEX] * len(prompt) + response)[:max_len]
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": [1] * len(input_ids)}
+
+
+def _encode_chat(example: Example, tokenizer: PreTrainedTokenizerBase, max_len: int) -> Encoded:
+    """A conversation's ids with labels on its assistant turns only (pieces tokenised apart,
+    like prompt and response above, so the boundaries are exact)."""
+    input_ids: list[int] = []
+    labels: list[int] = []
+    for text, trained in chat_segments(example.messages, tokenizer):
+        ids = _ids(tokenizer, text)  # templates write BOS themselves where they want one
+        input_ids += ids
+        labels += ids if trained else [IGNORE_INDEX] * len(ids)
+    input_ids, labels = input_ids[:max_len], labels[:max_len]
+    if all(label == IGNORE_INDEX for label in labels):
+        raise _TooLong(
+            f"conversation leaves no assistant token within max_len={max_len} (last user turn "
+            f"starts {example.instruction[:40]!r})",
+            fix="Raise max_len or shorten the turns before the first assistant answer.",
+        )
     return {"input_ids": input_ids, "labels": labels, "attention_mask": [1] * len(input_ids)}
 
 
@@ -104,7 +135,7 @@ def encode_examples(
     for example in examples:
         try:
             encoded.append(encode_example(example, tokenizer, max_len))
-        except DataError:
+        except _TooLong:
             skipped += 1
     if skipped:
         logger.warning("skipped %d example(s) whose prompt exceeds max_len=%d", skipped, max_len)

@@ -152,7 +152,8 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
         return dict(env.store().get_json(finished_key))
     tenants = steps.TenantEnvs(job)
-    warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
+    # Nothing of the run is stored before they pass; missing hub models are fetched first.
+    warnings = run_checks(job, tenants=tenants, download=True)
     pool_plan(job, options.workers)  # as are the workers and their devices
     if discard:
         discard_stored_run(env)

@@ -55,17 +55,23 @@ def check_summary_path(path: Path) -> None:
         )
 
 
-def check_model(job: JobConfig) -> None:
+def check_model(job: JobConfig, *, download: bool = False) -> None:
     """The tokenizer loads and the model's skeleton has the LoRA target modules.
 
-    The skeleton is built on PyTorch's meta device: no weights are read or allocated. A model
-    in S3 is left to the store check (its folder is downloaded only by the run).
+    The skeleton is built on PyTorch's meta device: no weights are read or allocated. Every
+    hub id of the job must be in the Hugging Face cache; with ``download`` (a run, not
+    ``validate --deep``) what is missing is fetched first, unless ``HF_HUB_OFFLINE=1``. A
+    model in S3 is left to the store check (its folder is downloaded only by the run).
     """
     import torch
 
+    from fedtune.models.hub import hub_references, local_model_path
     from fedtune.models.lora import _check_targets, resolve_targets
     from fedtune.models.tokenizer import load_tokenizer
 
+    # Every hub id of the job (tenants' models, FedPT's, tokenizers), not only the base model.
+    for _, uri in hub_references(job.model_dump()):
+        local_model_path(uri, cache_only=not download)
     config = job.model
     # fork_rng: building a tiny model seeds torch's global generator, which the run must
     # find exactly as it would without a preflight (results stay bitwise equal).
@@ -75,8 +81,9 @@ def check_model(job: JobConfig) -> None:
 
             model, _ = build_model(config, job.tokenizer)
         elif isinstance(config, PretrainedModelConfig) and not config.uri.startswith("s3://"):
-            model = _skeleton(config.uri)
-            spec = job.tokenizer if job.tokenizer != "auto" else config.uri.removeprefix("file://")
+            local = local_model_path(config.uri, cache_only=True)
+            model = _skeleton(local, shown=config.uri)
+            spec = job.tokenizer if job.tokenizer != "auto" else local.removeprefix("file://")
             load_tokenizer(spec)
         else:
             return
@@ -84,18 +91,18 @@ def check_model(job: JobConfig) -> None:
     _check_targets(model, resolve_targets(job.lora.target_modules, arch))
 
 
-def _skeleton(uri: str) -> Any:
+def _skeleton(local: str, *, shown: str) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from fedtune.models.loading import check_model_dir
 
-    path = Path(uri.removeprefix("file://"))
-    check_model_dir(path, shown=uri)
+    path = Path(local.removeprefix("file://"))
+    check_model_dir(path, shown=shown)
     try:
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(
-            f"the model config in {uri!r} cannot be built: {exc}",
+            f"the model config in {shown!r} cannot be built: {exc}",
             fix="Point model.uri at a folder written by save_pretrained (config.json + weights).",
         ) from exc
 
@@ -147,8 +154,9 @@ def check_tracking(job: JobConfig, timeout: float = TRACKING_TIMEOUT_S) -> None:
         ) from exc
 
 
-def run_checks(job: JobConfig, *, tenants: Any = None) -> list[str]:
-    """Every check, in the order a run meets them; ``tenants`` also reads every dataset.
+def run_checks(job: JobConfig, *, tenants: Any = None, download: bool = False) -> list[str]:
+    """Every check, in the order a run meets them; ``tenants`` also reads every dataset, and
+    ``download`` fetches hub models missing from the cache (:func:`check_model`).
 
     Returns warnings about data that will train poorly (see ``local.data_warnings``).
     """
@@ -160,6 +168,6 @@ def run_checks(job: JobConfig, *, tenants: Any = None) -> list[str]:
         from fedtune.engines.local import preflight
 
         warnings = preflight(tenants)
-    check_model(job)
+    check_model(job, download=download)
     check_tracking(job)
     return warnings

@@ -1,7 +1,7 @@
 """The memorization audit of a loaded model on numbered training records.
 
 Shared by ``fedtune audit memorization`` and the tenant-side audit step of a job: each record
-is prompted with its training template (:func:`fedtune.data.templates.render_prompt`), the
+is prompted with its training template (:func:`fedtune.data.templates.training_prompt`), the
 model decodes greedily, and :func:`fedtune.eval.memorization.memorization_audit` scores
 Rouge-L against the true response. Records are named by their line in the data file; the
 :class:`AuditOutcome` keeps the generations, which only the data's owner may see.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedtune.data.formats import Example
-from fedtune.data.templates import render_prompt
+from fedtune.data.templates import training_prompt
 from fedtune.eval.generation import generate_greedy
 from fedtune.eval.memorization import (
     AuditScores,
@@ -88,7 +88,7 @@ def audit_model(
         DataError: No records.
         ConfigError: ``threshold`` outside [0, 1], ``max_records`` or ``max_new_tokens`` < 1.
     """
-    pairs = [(render_prompt(example), example.response) for _, example in records]
+    pairs = [(training_prompt(example, tokenizer), example.response) for _, example in records]
     decoded: dict[str, str] = {}
 
     def generate(prompt: str) -> str:

@@ -22,6 +22,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from fedtune.core.errors import ModelError
+from fedtune.models.hub import local_model_path
 from fedtune.models.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ def load_pretrained(
     """Load a causal LM and its tokenizer from a Hugging Face format directory.
 
     Args:
-        path_or_uri: A local path, ``file://`` URI or ``s3://`` URI of the directory.
+        path_or_uri: A local path, ``file://``, ``s3://`` or ``hf://`` URI of the directory
+            (``hf://org/name``: the Hugging Face cache's snapshot, :mod:`fedtune.models.hub`).
         tokenizer: ``None`` to use the directory's own tokenizer, else a spec for
             :func:`fedtune.models.tokenizer.load_tokenizer` (``"builtin"`` or a path).
         dtype: Parameter dtype; ``None`` keeps the checkpoint's.
@@ -59,7 +61,7 @@ def load_pretrained(
             local = Path(tmp)
             _download_dir(path_or_uri, local)
             return _load_local(local, shown=path_or_uri, tokenizer=tokenizer, dtype=dtype)
-    local = Path(path_or_uri.removeprefix("file://"))
+    local = Path(local_model_path(path_or_uri).removeprefix("file://"))
     return _load_local(local, shown=path_or_uri, tokenizer=tokenizer, dtype=dtype)
 
 
@@ -76,7 +78,8 @@ def load_exported(path_or_uri: str) -> tuple[torch.nn.Module, PreTrainedTokenize
         with tempfile.TemporaryDirectory(prefix="fedtune-model-") as tmp:
             _download_dir(path_or_uri, Path(tmp))
             return _with_adapter(Path(tmp), shown=path_or_uri)
-    return _with_adapter(Path(path_or_uri.removeprefix("file://")), shown=path_or_uri)
+    local = local_model_path(path_or_uri).removeprefix("file://")
+    return _with_adapter(Path(local), shown=path_or_uri)
 
 
 def _with_adapter(path: Path, *, shown: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:

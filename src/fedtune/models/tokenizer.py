@@ -114,7 +114,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
 
 def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     """Load the shipped tokenizer (``"builtin"``) or a Hugging Face tokenizer directory (a
-    path, ``file://`` or ``s3://`` URI).
+    path, ``file://``, ``s3://`` or ``hf://`` URI; see :mod:`fedtune.models.hub`).
 
     Raises:
         ModelError: The directory is missing, holds no tokenizer files, or fails to load.
@@ -129,7 +129,9 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
         from fedtune.storage import open_store
 
         return load_tokenizer_from_store(open_store(spec), shown=spec)
-    return _load_dir(Path(spec.removeprefix("file://")), shown=spec)
+    from fedtune.models.hub import local_model_path
+
+    return _load_dir(Path(local_model_path(spec).removeprefix("file://")), shown=spec)
 
 
 def load_tokenizer_from_store(store: Any, *, shown: str) -> PreTrainedTokenizerBase:

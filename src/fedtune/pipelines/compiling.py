@@ -47,7 +47,13 @@ def cluster_problems(job: JobConfig, settings: ClusterSettings) -> list[str]:
                 "state must outlive its pod; set an s3:// URI in the tenant's bucket"
             )
     if isinstance(job.model, PretrainedModelConfig) and not _is_s3(job.model.uri):
-        problems.append(f"model.uri is {job.model.uri!r}: set an s3:// URI")
+        hub = job.model.uri.removeprefix("hf://")
+        hint = (
+            f" (pods share no Hugging Face cache: `hf download {hub} --local-dir DIR`, upload DIR)"
+            if job.model.uri.startswith("hf://")
+            else ""
+        )
+        problems.append(f"model.uri is {job.model.uri!r}: set an s3:// URI{hint}")
     if job.public_data_uri and not _is_s3(job.public_data_uri):
         problems.append(f"public_data_uri is {job.public_data_uri!r}: set an s3:// URI")
     uri = job.tracking.tracking_uri or settings.mlflow_uri

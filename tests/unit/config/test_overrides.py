@@ -83,3 +83,11 @@ def test_every_job_command_takes_set(
     code = main([command, str(job_file), "--set", "rounds=oops", *extra])
     assert code == 2
     assert "rounds: expected an integer, got the string 'oops'" in capsys.readouterr().err
+
+
+def test_a_hub_id_given_by_set_stays_a_hub_id(job_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no folder Qwen/ here
+    raw = {**JOB, "model": {"source": "pretrained", "uri": "m", "tenant_uri": "m"}}
+    job_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    job = load_job(job_file, ["model.uri=Qwen/Qwen2.5-0.5B"])
+    assert job.model.uri == "hf://Qwen/Qwen2.5-0.5B"

@@ -109,7 +109,7 @@ def open_large_model(config: LargeModelConfig, ctx: ProviderContext) -> LargeMod
 
 
 def _check_large_dir(uri: str) -> None:
-    """A local large-model path must exist (remote URIs fail in the loader, by name)."""
+    """A local large-model path must exist (remote and hub URIs fail in the loader, by name)."""
     if "://" in uri and not uri.startswith("file://"):
         return
     path = Path(uri.removeprefix("file://"))
