@@ -8,8 +8,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from fedtune.algorithms.fedopt.config import FedOptConfig
 from fedtune.config import load_job, parse_job
-from fedtune.config.algorithms import FedOptConfig
 from fedtune.core.errors import ConfigError
 
 VALID = {

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fedtune.config.algorithms import LargeHttpConfig
+from fedtune.algorithms.fedpt.config import LargeHttpConfig
 from fedtune.core.errors import ModelError
 from fedtune.models.proxy_decoding import Decoder, RecomputeDecoder
 
