@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import pytest
+import yaml
 
 from fedtune.algorithms.registry import algorithm_names
 from fedtune.config.capabilities import Capabilities, families
@@ -27,7 +28,7 @@ from tests.helpers.algorithms import SMOKE
 from tests.integration.conftest import tiny_job_dict
 
 _PROBE = r"""
-import contextlib, io, json, sys
+import contextlib, io, json, pathlib, sys
 import yaml
 from fedtune.algorithms.registry import algorithm_names
 from fedtune.cli.main import main
@@ -35,10 +36,11 @@ from fedtune.config import parse_job
 from fedtune.config.algorithms import summed_update_algorithms
 from fedtune.config.capabilities import dp_sgd_algorithms, names_where
 from fedtune.core.errors import ConfigError
+from fedtune.pipelines.job_files import job_files
 from fedtune.pipelines.run_form import FAMILIES
 from tests.helpers.algorithms import SMOKE, job_overrides
 
-base, gone, path = json.loads(sys.argv[1])
+base, gone, path, repo = json.loads(sys.argv[1])
 out = {"names": algorithm_names(), "smoke": sorted(SMOKE), "families": FAMILIES,
        "secure": summed_update_algorithms(), "dp_sgd": dp_sgd_algorithms(),
        "central_dp": names_where("central_dp"), "invalid": {}}
@@ -60,6 +62,7 @@ with contextlib.redirect_stderr(err):
 with contextlib.redirect_stdout(listing):
     main(["algorithms"])
 out["validate_err"], out["listing"] = err.getvalue(), listing.getvalue()
+out["pipeline_jobs"] = [p.name for p in job_files(pathlib.Path(repo))[0]]
 print("PROBE " + json.dumps(out))
 """
 
@@ -68,7 +71,7 @@ def _probe(src: Path, gone: str, tmp_path: Path) -> dict[str, object]:
     """What a fresh interpreter on source tree ``src`` knows about the algorithms."""
     base = tiny_job_dict(tmp_path / "w")
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps([base, gone, str(tmp_path / "job.yaml")])],
+        [sys.executable, "-c", _PROBE, json.dumps([base, gone, str(tmp_path / "job.yaml"), str(repo_root())])],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{src}:{repo_root()}", "COLUMNS": "400",
              "OMP_NUM_THREADS": "1"},
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -78,7 +81,8 @@ def _probe(src: Path, gone: str, tmp_path: Path) -> dict[str, object]:
     return dict(json.loads(lines[-1].removeprefix("PROBE ")))
 
 
-@pytest.mark.parametrize("package", ["fedprox"])
+#: FedProx shares the FedIT family's pipeline; FewFedPIT has a family (and pipeline) of its own.
+@pytest.mark.parametrize("package", ["fedprox", "fewfedpit"])
 def test_deleting_an_algorithm_package_removes_it_everywhere(package: str, tmp_path: Path) -> None:
     names = set(specs()[package].names)
     # Present in every list before the deletion (the probe below can fail).
@@ -95,6 +99,10 @@ def test_deleting_an_algorithm_package_removes_it_everywhere(package: str, tmp_p
     left = sorted(set(algorithm_names()) - names)
     assert seen["names"] == left and seen["smoke"] == left
     assert seen["invalid"] == {}  # every other algorithm's smoke job still validates
+    # The catalog compiles the pipeline job files of the algorithms still installed.
+    jobs = sorted((repo_root() / "pipelines" / "jobs").glob("*.yaml"))
+    kept = [p.name for p in jobs if yaml.safe_load(p.read_text())["algorithm"]["name"] not in names]
+    assert seen["pipeline_jobs"] == kept
     for listed in ("secure", "dp_sgd", "central_dp"):
         assert not names & set(seen[listed]), listed  # type: ignore[arg-type]
     family_members = [n for members in seen["families"].values() for n in members]  # type: ignore[union-attr]
