@@ -211,7 +211,7 @@ def test_nothing_outside_the_view_reaches_the_view_or_the_pod(
     assert len(markers) >= (12 if len(job.tenants) == 1 else 20)
     # Every field left unmarked takes a choice or a number, never text.
     assert all(CHOICES.search(path) for path in refused), [p for p in refused if not CHOICES.search(p)]
-    if name in ("fedpt", "fedavg-pt") and "large_model" in algorithm:
+    if "large_model" in algorithm:
         assert "large_model" not in json.dumps(tenant_view(job, ME).model_dump(mode="json"))
     view = tenant_view(job, ME).model_dump(mode="json")
     assert_no_marker(json.dumps(view), markers, "the tenant's view")
@@ -272,7 +272,11 @@ def test_nothing_outside_the_view_reaches_the_tenants_exchange(
         assert_no_marker(data.decode("latin-1"), markers, f"exchange object {key}")
 
 
-@pytest.mark.parametrize("name", ["fedpt", "fedavg-pt"])
+#: The algorithms whose provider queries a large model of its own (FedPT's family).
+LARGE_MODEL_ALGORITHMS = [n for n in algorithm_names() if "large_model" in section_of(n).model_fields]
+
+
+@pytest.mark.parametrize("name", LARGE_MODEL_ALGORITHMS)
 def test_fedpts_large_model_behind_http_reaches_no_tenant_object(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
