@@ -1,7 +1,7 @@
 """Every registered algorithm runs one round on a tiny model and round-trips its state.
 
-Adding an algorithm means adding a row here (house-style habit 5); the first test fails until
-the row exists.
+The rows are the smoke settings each algorithm package declares (``ALGORITHM.smoke`` in its
+``config.py``): adding a package adds its rows, deleting it removes them.
 """
 
 from __future__ import annotations
@@ -18,65 +18,19 @@ from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.tracking.base import NullTracker
-from tests.integration.conftest import DATA
+from tests.helpers.algorithms import SMOKE, job_overrides
 
-TABLE: dict[str, dict[str, Any]] = {
-    "fedavg": {"name": "fedavg"},
-    "fedprox": {"name": "fedprox", "mu": 0.1},
-    # The table tests machinery with the default AdamW clients, so it opts in explicitly.
-    "scaffold": {"name": "scaffold", "allow_non_sgd_optimizer": True},
-    "fedopt": {"name": "fedopt", "server_optimizer": "sgd", "eta": 1.0},
-    "fedadagrad": {"name": "fedadagrad"},
-    "fedadam": {"name": "fedadam"},
-    "fedyogi": {"name": "fedyogi"},
-    "fedbiot": {"name": "fedbiot", "adapter_size": 1, "dropout": 0.5, "pre_distill_steps": 1,
-                "align_steps": 1, "eval_every": 100},
-    "fedot": {"name": "fedot", "dropout": 0.5, "pre_distill_steps": 1, "eval_every": 100},
-    "offsite-tuning": {"name": "offsite-tuning", "dropout": 0.5, "pre_distill_steps": 1,
-                       "eval_every": 100},
-    "fedpt": {"name": "fedpt", "large_model": {"source": "tiny", "hidden_size": 48,
-              "num_layers": 3, "num_heads": 2, "intermediate_size": 96}, "kd_size": 8,
-              "kd_batch_size": 4, "kd_steps": 2, "max_generation_examples": 2, "max_new_tokens": 4},
-    "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 48,
-                  "num_layers": 3, "num_heads": 2, "intermediate_size": 96},
-                  "max_generation_examples": 2, "max_new_tokens": 4},
-    "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
-    "fedmkt": {"name": "fedmkt", "top_k": 4, "public_size": 4},
-}
-
-# Job fields a row needs beyond the default tiny job (2-layer model, 3 tenants, no public data).
-_OFFSITE_JOB = {
-    "model": {"source": "tiny", "arch": "llama", "hidden_size": 32, "num_layers": 6,
-              "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 160},
-    "public_data_uri": str(DATA / "public.jsonl"),
-}
-# FedMKT: every tenant brings its own small model (a GPT-2 shape beside the provider's Llama).
-_FEDMKT_SMALL = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1,
-                 "num_heads": 2, "intermediate_size": 32, "max_position_embeddings": 256}
-JOB_OVERRIDES: dict[str, dict[str, Any]] = {
-    "fedmkt": {
-        "public_data_uri": str(DATA / "public.jsonl"),
-        "tenants": [
-            {"name": f"tenant-{x}", "data_uri": str(DATA / f"tenant-{x}.jsonl"),
-             "model": _FEDMKT_SMALL, "tokenizer": "builtin"}
-            for x in "abc"
-        ],
-    },
-    "fedpt": {"public_data_uri": str(DATA / "public.jsonl")},
-    "fedavg-pt": {"public_data_uri": str(DATA / "public.jsonl")},
-    "fedbiot": _OFFSITE_JOB,
-    "fedot": _OFFSITE_JOB,
-    "offsite-tuning": {
-        **_OFFSITE_JOB,
-        "tenants": [{"name": "all", "data_uri": str(DATA / "all.jsonl")}],
-        "min_clients": 1,
-    },
-}
+#: Every registered algorithm's quickest settings, declared in its package (``Smoke``).
+TABLE: dict[str, dict[str, Any]] = SMOKE
+JOB_OVERRIDES: dict[str, dict[str, Any]] = {name: job_overrides(name) for name in TABLE}
 
 
-def test_every_registered_algorithm_is_in_the_table() -> None:
-    missing = sorted(set(algorithm_names()) - set(TABLE))
-    assert not missing, f"add a row to TABLE for: {missing}"
+def test_every_registered_algorithm_has_a_row_that_validates(
+    make_job: Callable[..., JobConfig],
+) -> None:
+    assert sorted(TABLE) == algorithm_names() and TABLE
+    for name, row in TABLE.items():
+        assert make_job(algorithm=row, **JOB_OVERRIDES[name]).algorithm.name == name
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -23,14 +23,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import JobConfig, parse_job
+from fedtune.config.capabilities import capabilities_of
+from fedtune.config.packages import smoke
 from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.models.layers import unique_state
 from fedtune.storage import open_store
 from fedtune.tracking.base import NullTracker
 from fedtune.training.context import ProviderContext
+from tests.helpers.algorithms import SMOKE, tenant_fields
 from tests.helpers.moto import create_bucket, use_fake_aws_env
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_fedbiot import provider_model_dir
@@ -38,37 +40,9 @@ from tests.kfp.test_tenant_pod import moto_endpoint  # noqa: F401 - a module-sco
 
 QUIET = RunOptions(progress=False)
 
-OFFSITE_FAMILY = {"pre_distill_steps": 2, "dropout": 0.5}
-#: Every registered algorithm, with the settings that make its client step quick.
-CLIENT_CASES: dict[str, dict[str, Any]] = {
-    "fedavg": {"name": "fedavg"},
-    "fedprox": {"name": "fedprox", "mu": 0.1},
-    "scaffold": {"name": "scaffold", "allow_non_sgd_optimizer": True},
-    "fedopt": {"name": "fedopt"},
-    "fedadagrad": {"name": "fedadagrad"},
-    "fedadam": {"name": "fedadam"},
-    "fedyogi": {"name": "fedyogi"},
-    "fedbiot": {"name": "fedbiot", "adapter_size": 2, "align_steps": 1, **OFFSITE_FAMILY},
-    "fedot": {"name": "fedot", **OFFSITE_FAMILY},
-    "offsite-tuning": {"name": "offsite-tuning", **OFFSITE_FAMILY},
-    # FedPT's large model shares the builtin tokenizer of the provider's small model.
-    "fedpt": {"name": "fedpt", "large_model": {"source": "tiny", "hidden_size": 32,
-              "num_layers": 2, "num_heads": 2, "intermediate_size": 64}, "kd_size": 4,
-              "kd_steps": 1, "max_generation_examples": 0},
-    "fedavg-pt": {"name": "fedavg-pt", "large_model": {"source": "tiny", "hidden_size": 32,
-                  "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-                  "max_generation_examples": 0},
-    # FewFedPIT generates with the global model inside the tenant's step: keep it short.
-    "fewfedpit": {"name": "fewfedpit", "candidates": 2, "keep": 1, "max_new_tokens": 4},
-    # FedMKT: each tenant its own small model (FEDMKT_SMALL); only knowledge crosses.
-    "fedmkt": {"name": "fedmkt", "top_k": 4, "public_size": 4},
-}
-FEDMKT_SMALL = {"source": "tiny", "arch": "gpt2", "hidden_size": 16, "num_layers": 1, "num_heads": 2,
-                "intermediate_size": 32}
-
-
-def test_every_registered_algorithm_has_a_client_case() -> None:
-    assert set(CLIENT_CASES) == set(algorithm_names())
+#: Every registered algorithm, with the settings that make its client step quick (declared in
+#: its package).
+CLIENT_CASES: dict[str, dict[str, Any]] = SMOKE
 
 
 def _upload_dir(bucket: str, prefix: str, folder: Path) -> str:
@@ -124,9 +98,9 @@ def test_every_client_step_runs_where_the_providers_model_is_unreadable(
     jobs = []
     for name, algorithm in CLIENT_CASES.items():
         model: dict[str, Any] = {"source": "pretrained", "uri": model_uri}
-        if name not in ("fedbiot", "fedot", "offsite-tuning", "fedmkt"):
+        if capabilities_of(name).tenants_load_base:
             model["tenant_uri"] = str(public_copy)
-        tenants = 1 if name == "offsite-tuning" else 3
+        tenants = 1 if smoke(name).single_tenant else 3
         raw = tiny_job_dict(
             tmp_path / name,
             name=f"b-{name}",
@@ -137,9 +111,8 @@ def test_every_client_step_runs_where_the_providers_model_is_unreadable(
             public_data_uri=str(DATA / "public.jsonl"),
         )
         raw["tenants"] = raw["tenants"][:tenants]
-        if name == "fedmkt":
-            for tenant in raw["tenants"]:
-                tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
+        for tenant in raw["tenants"]:
+            tenant.update(tenant_fields(name))
         job = parse_job(raw)
         provider = steps.ProviderEnv.create(job)
         steps.init_step(provider)
@@ -328,9 +301,8 @@ def _variant_job(make: Any, name: str) -> JobConfig:
     """A two-round job of ``name`` as the CLIENT_CASES run it (public set, tenant models)."""
     raw = tiny_job_dict(make.workdir(), algorithm=CLIENT_CASES[name], rounds=2,
                         public_data_uri=str(DATA / "public.jsonl"))
-    if name == "fedmkt":
-        for tenant in raw["tenants"]:
-            tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
+    for tenant in raw["tenants"]:
+        tenant.update(tenant_fields(name))
     job = parse_job(raw)
     run_job(job, NullTracker(), QUIET)
     return job

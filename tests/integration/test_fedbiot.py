@@ -19,9 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from fedtune.algorithms.fedbiot import transport
+from fedtune.algorithms.fedbiot.config import FedBiOTConfig
 from fedtune.algorithms.fedbiot.server import Provider
 from fedtune.config import JobConfig, parse_job
-from fedtune.config.algorithms import FedBiOTConfig
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job

@@ -21,8 +21,9 @@ from fedtune.config import JobConfig, parse_job
 from fedtune.core.errors import DataError
 from fedtune.engines import layout, steps
 from fedtune.entrypoints import aggregate, client_step
+from tests.helpers.algorithms import tenant_fields
 from tests.integration.conftest import DATA, tiny_job_dict
-from tests.integration.test_boundary import CLIENT_CASES, FEDMKT_SMALL
+from tests.integration.test_boundary import CLIENT_CASES
 
 
 def poisoned_data(folder: Path, marker: str) -> Path:
@@ -50,9 +51,8 @@ def job_with_poison(
     raw["algorithm"] = CLIENT_CASES[algorithm]
     if algorithm != "fedavg":
         raw["public_data_uri"] = str(DATA / "public.jsonl")
-    if algorithm == "fedmkt":
-        for tenant in raw["tenants"]:
-            tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
+    for tenant in raw["tenants"]:
+        tenant.update(tenant_fields(algorithm))
     return raw
 
 

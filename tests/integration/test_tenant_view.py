@@ -24,6 +24,7 @@ from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import parse_job
 from fedtune.config.algorithms import algorithm_sections
 from fedtune.config.job import JobConfig
+from fedtune.config.packages import smoke
 from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import ConfigError
 from fedtune.engines import layout, steps
@@ -33,8 +34,9 @@ from fedtune.engines.launcher_manifest import (
     build_urls_secret,
 )
 from fedtune.entrypoints.tenant_io import step_objects
+from tests.helpers.algorithms import tenant_fields
 from tests.integration.conftest import DATA, tiny_job_dict
-from tests.integration.test_boundary import CLIENT_CASES, FEDMKT_SMALL
+from tests.integration.test_boundary import CLIENT_CASES
 
 ME = "tenant-a"
 OTHER_KEY = "ab" * 32  # another tenant's registered public key
@@ -63,7 +65,7 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
     raw = tiny_job_dict(workdir, algorithm=algorithm, rounds=1, min_clients=1)
     if secure:  # the view then names every party and its public key: nothing else of them
         raw["secure_aggregation"] = {"enabled": True}
-    raw["tenants"] = raw["tenants"][:1] if algorithm["name"] == "offsite-tuning" else raw["tenants"][:2]
+    raw["tenants"] = raw["tenants"][:1] if smoke(algorithm["name"]).single_tenant else raw["tenants"][:2]
     if not loads_base and not section.capabilities.tenant_models:
         raw["model"]["num_layers"] = 6  # FedBiOT's family: adapter and emulator layers
     if not runnable:  # the provider's model as a directory: its URI must never reach a tenant
@@ -91,9 +93,8 @@ def full_job(workdir: Path, algorithm: dict[str, Any], *, runnable: bool) -> dic
             tracking={"backend": "mlflow", "tracking_uri": "http://mlflow.other:5000",
                       "experiment": "other-experiment", "registered_model": "other-model"},
         )
-    if section.capabilities.tenant_models:
-        for tenant in raw["tenants"]:
-            tenant.update(model=FEDMKT_SMALL, tokenizer="builtin")
+    for tenant in raw["tenants"]:
+        tenant.update(tenant_fields(algorithm["name"]))
     return raw
 
 
@@ -195,9 +196,9 @@ CHOICES = re.compile(r"(source|arch|backend|data_format|optimizer|precision|devi
 def cases() -> Iterator[Any]:
     for name in algorithm_names():
         yield pytest.param(name, CLIENT_CASES[name], id=name)
-        if section_of(name).capabilities.summed_update and name != "offsite-tuning":  # one tenant
+        if section_of(name).capabilities.summed_update and not smoke(name).single_tenant:
             yield pytest.param(name, {**CLIENT_CASES[name], "secure": True}, id=f"{name}-secagg")
-        if section_of(name).__name__ == "FedPTConfig":
+        if "large_model" in section_of(name).model_fields:  # a provider model of its own
             for where, large in (("s3", LARGE_S3), ("http", LARGE_HTTP)):
                 yield pytest.param(name, {**CLIENT_CASES[name], "large_model": large}, id=f"{name}-{where}")
 
@@ -210,7 +211,7 @@ def test_nothing_outside_the_view_reaches_the_view_or_the_pod(
     assert len(markers) >= (12 if len(job.tenants) == 1 else 20)
     # Every field left unmarked takes a choice or a number, never text.
     assert all(CHOICES.search(path) for path in refused), [p for p in refused if not CHOICES.search(p)]
-    if name in ("fedpt", "fedavg-pt") and "large_model" in algorithm:
+    if "large_model" in algorithm:
         assert "large_model" not in json.dumps(tenant_view(job, ME).model_dump(mode="json"))
     view = tenant_view(job, ME).model_dump(mode="json")
     assert_no_marker(json.dumps(view), markers, "the tenant's view")
@@ -271,7 +272,11 @@ def test_nothing_outside_the_view_reaches_the_tenants_exchange(
         assert_no_marker(data.decode("latin-1"), markers, f"exchange object {key}")
 
 
-@pytest.mark.parametrize("name", ["fedpt", "fedavg-pt"])
+#: The algorithms whose provider queries a large model of its own (FedPT's family).
+LARGE_MODEL_ALGORITHMS = [n for n in algorithm_names() if "large_model" in section_of(n).model_fields]
+
+
+@pytest.mark.parametrize("name", LARGE_MODEL_ALGORITHMS)
 def test_fedpts_large_model_behind_http_reaches_no_tenant_object(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

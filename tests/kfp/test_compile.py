@@ -194,7 +194,7 @@ def test_the_run_form_has_typed_described_parameters(tmp_path: Path) -> None:
         assert param.get("isOptional") is True, name  # every field has a default
     description = spec["pipelineInfo"]["description"]
     assert "creating a run again trains again" in description
-    assert "fedavg, fedprox, scaffold" in description
+    assert f"fedit family ({', '.join(FAMILIES['fedit'])})" in description
     # The run's id reaches server init: state is scoped to the run by default.
     init = spec["root"]["dag"]["tasks"]["server-init"]["inputs"]["parameters"]
     assert init["kfp_run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"

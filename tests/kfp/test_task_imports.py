@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fedtune.algorithms import registry
 from fedtune.algorithms.registry import BUILTIN
+from fedtune.config.packages import specs
 from fedtune.core.catalog import algorithm_catalog
 from fedtune.engines import layout
 from fedtune.entrypoints import client_step, common, server_init
@@ -25,8 +26,12 @@ from tests.integration.crash_helpers import fedtune_env
 from tests.kfp.conftest import two_tenant_job
 
 HEAVY = ("torch", "transformers", "peft", "deepspeed", "mlflow")
-FEDIT_FAMILY = ("fedtune.algorithms.fedavg", "fedtune.algorithms.fedopt",
-                "fedtune.algorithms.fedprox", "fedtune.algorithms.scaffold")
+#: What the config layer reads of every algorithm package: the package and its config section.
+PACKAGE_CONFIGS = tuple(
+    m for p in sorted(specs()) for m in (f"fedtune.algorithms.{p}", f"fedtune.algorithms.{p}.config")
+)
+#: The modules that register the FedIT family's algorithms.
+FEDIT_FAMILY = tuple(sorted({BUILTIN[n] for n in FAMILIES["fedit"]}))
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -83,7 +88,7 @@ def test_listing_and_validating_algorithm_names_imports_no_algorithm() -> None:
         "try:\n    get_algorithm('fedavgg')\nexcept RegistryError as exc:\n"
         "    assert 'fedavgg' in str(exc) and 'fedavg' in str(exc), exc\n"
         "assert not [m for m in sys.modules if m.startswith('fedtune.algorithms.') "
-        "and m != 'fedtune.algorithms.registry']"
+        f"and m not in {PACKAGE_CONFIGS!r} + ('fedtune.algorithms.registry',)]"
     )
     assert _loaded_after(code) == []
 
@@ -94,7 +99,8 @@ def test_looking_up_a_fedit_algorithm_imports_no_other_family_nor_peft() -> None
         "from fedtune.algorithms.registry import get_algorithm\nimport sys\n"
         f"assert all(get_algorithm(n).__module__ == {BUILTIN!r}[n] for n in {names!r})\n"
         "others = [m for m in sys.modules if m.startswith('fedtune.algorithms.') "
-        f"and m not in {FEDIT_FAMILY!r} + ('fedtune.algorithms.base', 'fedtune.algorithms.registry')]\n"
+        f"and m not in {FEDIT_FAMILY + PACKAGE_CONFIGS!r} + "
+        "('fedtune.algorithms.base', 'fedtune.algorithms.registry')]\n"
         "assert not others, others"
     )
     assert _loaded_after(code) == ["torch"]

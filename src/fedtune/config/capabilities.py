@@ -1,6 +1,6 @@
 """What each algorithm can do, declared once, and every list of algorithms derived from it.
 
-Each algorithm's config section (:mod:`fedtune.config.algorithms`) carries one frozen
+Each algorithm's config section (``fedtune/algorithms/<name>/config.py``) carries one frozen
 :class:`Capabilities` as its ``capabilities`` class variable. The secure-aggregation, central
 DP and DP-SGD support lists, the pipeline family of each name, the job checks and the engines'
 choices all read it, so an algorithm is described in one place. Reading it imports pydantic
@@ -58,9 +58,9 @@ class Capabilities:
 
 def sections() -> list[type[StrictModel]]:
     """Every algorithm config section, in the order of the config union."""
-    from fedtune.config.algorithms import algorithm_sections
+    from fedtune.config.packages import sections as found
 
-    return list(algorithm_sections())
+    return list(found())
 
 
 def section_names(section: type[StrictModel]) -> tuple[str, ...]:

@@ -127,6 +127,14 @@ def format_validation_errors(error: ValidationError | list[Any]) -> list[str]:
     items = error.errors(include_url=False) if isinstance(error, ValidationError) else error
     for item in items:
         loc = ".".join(str(p) for p in item["loc"]) or "<job>"
+        if item["type"] == "union_tag_invalid" and item["loc"] == ("algorithm",):
+            ctx = item.get("ctx") or {}
+            lines.append(
+                f"algorithm.name: unknown algorithm {ctx.get('tag')!r}; the installed algorithms "
+                f"are {ctx.get('expected_tags')} -- use one of them (each is a package under "
+                "fedtune/algorithms/)"
+            )
+            continue
         msg = item["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(item["type"])
         got = item.get("input")

@@ -76,7 +76,7 @@ def _writes_state() -> bool:
     checked so that light steps need not import torch)."""
     if "torch.distributed" not in sys.modules:
         return True
-    from fedtune.training.distributed import World
+    from fedtune.training.world import World
 
     return World.current().writer
 

@@ -31,6 +31,7 @@ from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.pipelines.builder import ClusterSettings
 from fedtune.pipelines.compiling import compile_job
 from fedtune.pipelines.components import COMPONENTS
+from fedtune.pipelines.job_files import job_files
 
 COMMITTED_SETTINGS = ClusterSettings(
     s3_endpoint="http://fedtune-minio.fedtune.svc.cluster.local:9000",
@@ -66,8 +67,11 @@ def repo_root() -> Path:
 def render(root: Path) -> dict[Path, str]:
     """Every committed compiled file and the text it must have."""
     outputs: dict[Path, str] = {}
+    compiled, skipped = job_files(root)
+    for job_file in skipped:
+        sys.stderr.write(f"skipped {job_file.relative_to(root)}: its algorithm is not installed\n")
     with tempfile.TemporaryDirectory(prefix="fedtune-catalog-") as tmp:
-        for job_file in sorted((root / "pipelines" / "jobs").glob("*.yaml")):
+        for job_file in compiled:
             for stem, job in variants(load_job(job_file), job_file.stem).items():
                 out = Path(tmp) / f"{stem}.yaml"
                 compile_job(job, out, settings=COMMITTED_SETTINGS)

@@ -1,5 +1,5 @@
-"""Data parallelism inside one provider step: which rank this is, its rows of a batch, and
-how the ranks' token means add up to the one-process mean.
+"""Data parallelism inside one provider step: a rank's rows of a batch, and how the ranks'
+token means add up to the one-process mean (which rank this is: :mod:`fedtune.training.world`).
 
 A multi-rank step (:mod:`fedtune.engines.ranks`) runs the same deterministic step on every
 rank: each draws the same seeded batches and keeps the rows ``rank::world`` of each. The
@@ -17,44 +17,13 @@ training loops do not call it at all, so a single-rank step is bit for bit what 
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
 from fedtune.training.local import Batch
+from fedtune.training.world import World
 
-
-@dataclass(frozen=True)
-class World:
-    """This process's rank among ``size`` ranks of a step."""
-
-    rank: int = 0
-    size: int = 1
-
-    @classmethod
-    def current(cls) -> World:
-        """The initialised process group's rank and size, else a world of one."""
-        if dist.is_available() and dist.is_initialized():
-            return cls(rank=dist.get_rank(), size=dist.get_world_size())
-        return cls()
-
-    @property
-    def writer(self) -> bool:
-        """Rank 0 alone writes state, logs metrics and writes the step's outputs."""
-        return self.rank == 0
-
-    @property
-    def sharded(self) -> bool:
-        """More than one rank shares the work."""
-        return self.size > 1
-
-    def device(self) -> torch.device:
-        """Where this rank computes: its own GPU under NCCL, else the CPU (gloo)."""
-        if dist.is_initialized() and dist.get_backend() == "nccl":
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        return torch.device("cpu")
+__all__ = ["World", "gradient_scale", "shard_rows"]
 
 
 def shard_rows(batch: Batch, world: World) -> tuple[Batch, float]:

@@ -20,6 +20,7 @@ from fedtune.algorithms import registry
 from fedtune.cli.main import main
 from fedtune.config import parse_job
 from fedtune.config.capabilities import Capabilities, capabilities_of, families, table
+from fedtune.config.packages import smoke
 from fedtune.core.errors import ConfigError
 from fedtune.pipelines.catalog import repo_root
 from fedtune.pipelines.run_form import family_of
@@ -32,7 +33,7 @@ NAMES = registry.algorithm_names()
 def _job(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:
     rows = copy.deepcopy({"algorithm": TABLE[name], **JOB_OVERRIDES.get(name, {})})
     job = tiny_job_dict(tmp_path / "w", **rows)
-    if name == "offsite-tuning":  # its row has one tenant; the checks below need three
+    if smoke(name).single_tenant:  # its row has one tenant; the checks below need three
         job["tenants"] = tiny_job_dict(tmp_path / "w")["tenants"]
         job["min_clients"] = 2
     for key, value in extra.items():

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from fedtune.algorithms.fedopt.config import FedOptConfig
 from fedtune.config import load_job, parse_job
-from fedtune.config.algorithms import FedOptConfig
 from fedtune.core.errors import ConfigError
 
 VALID = {
@@ -43,7 +43,7 @@ def test_valid_job_parses_with_defaults(tmp_path: Path) -> None:
     ("change", "expected"),
     [
         ({"typo": 1}, "typo: Extra inputs are not permitted"),
-        ({"algorithm": {"name": "fedsgdx"}}, "algorithm: Input tag 'fedsgdx'"),
+        ({"algorithm": {"name": "fedsgdx"}}, "algorithm.name: unknown algorithm 'fedsgdx'; the installed"),
         ({"name": "Tenant_A"}, "name: 'Tenant_A' is not a DNS-1123 label"),
         (
             {"tenants": [{"name": "UPPER", "data_uri": "x"}]},
@@ -88,7 +88,7 @@ def test_every_problem_is_reported_at_once() -> None:
         parse_job(bad)
     message = str(info.value)
     assert "4 problem(s)" in message
-    for path in ("typo:", "rounds:", "name:", "algorithm:"):
+    for path in ("typo:", "rounds:", "name:", "algorithm.name:"):
         assert path in message
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
+from fedtune.algorithms.fedbiot.config import FedBiOTConfig
 from fedtune.algorithms.fedbiot.server import Provider
-from fedtune.config.algorithms import FedBiOTConfig
 from fedtune.config.job import LoraConfig, TinyModelConfig, TrainingConfig
 from fedtune.models.layers import layer_extract
 from fedtune.training.context import ProviderContext

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedtune.algorithms.fedbiot.client import evaluate_adapemu, receive
+from fedtune.algorithms.fedbiot.config import FedBiOTConfig
 from fedtune.algorithms.fedbiot.package import Blueprint, select
 from fedtune.algorithms.fedbiot.server import Provider
-from fedtune.config.algorithms import FedBiOTConfig
 from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState
 from fedtune.data.formats import Example

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedtune.algorithms.fedbiot.config import FedBiOTConfig
 from fedtune.algorithms.fedbiot.package import select
 from fedtune.algorithms.fedbiot.server import Provider
-from fedtune.config.algorithms import DeepSpeedSection, FedBiOTConfig
+from fedtune.config.sections import DeepSpeedSection
 from fedtune.core.errors import ConfigError
 from fedtune.training.deepspeed import build_config, load_config_file
 

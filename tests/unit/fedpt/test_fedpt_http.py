@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fedtune.algorithms.fedpt import proxy
+from fedtune.algorithms.fedpt.config import LargeHttpConfig
 from fedtune.algorithms.fedpt.http_source import HttpLogitSource
-from fedtune.config.algorithms import LargeHttpConfig
 from fedtune.core.errors import ModelError
 from fedtune.models.tiny import build_tiny_model
 from fedtune.models.tokenizer import load_tokenizer

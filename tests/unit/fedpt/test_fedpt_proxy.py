@@ -9,7 +9,7 @@ import torch
 from pydantic import ValidationError
 
 from fedtune.algorithms.fedpt import proxy
-from fedtune.config.algorithms import FedPTConfig
+from fedtune.algorithms.fedpt.config import FedPTConfig
 from fedtune.core.errors import ConfigError
 from fedtune.models.tiny import build_tiny_model
 from fedtune.models.tokenizer import load_tokenizer

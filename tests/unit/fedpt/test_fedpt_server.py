@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from fedtune.algorithms.fedpt import server
 from fedtune.algorithms.fedpt.algorithm import FedPT
-from fedtune.config.algorithms import FedPTConfig
+from fedtune.algorithms.fedpt.config import FedPTConfig
 from fedtune.config.job import LoraConfig, TinyModelConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, ModelError
 from fedtune.core.messages import Update, prefixed

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from fedtune.algorithms.fewfedpit import synthesis
-from fedtune.config.algorithms import FewFedPITConfig
+from fedtune.algorithms.fewfedpit.config import FewFedPITConfig
 from fedtune.data.formats import Example
 
 LOCAL = [

@@ -22,14 +22,14 @@ from typing import Any, Generic, TypeVar
 
 from fedtune.algorithms.base import Algorithm, Artifact, SecureSum
 from fedtune.algorithms.fedbiot import client, server
-from fedtune.algorithms.fedbiot.package import Blueprint
-from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import (
+from fedtune.algorithms.fedbiot.config import (
     FedBiOTConfig,
     FedOTConfig,
     OffsiteFamilyConfig,
     OffsiteTuningConfig,
 )
+from fedtune.algorithms.fedbiot.package import Blueprint
+from fedtune.algorithms.registry import register
 from fedtune.core.errors import ConfigError, ModelError
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.models.layers import (

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from fedtune.algorithms.fedbiot import transport
+from fedtune.algorithms.fedbiot.config import OffsiteFamilyConfig
 from fedtune.algorithms.fedbiot.package import Blueprint, Tensors
-from fedtune.config.algorithms import OffsiteFamilyConfig
 from fedtune.config.job import LoraConfig
 from fedtune.core.errors import ModelError
 from fedtune.core.messages import Broadcast, ClientState, Update, prefixed

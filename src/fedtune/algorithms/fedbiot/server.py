@@ -34,8 +34,8 @@ from fedtune.algorithms.fedbiot.alignment import (
     measure,
     public_batches,
 )
+from fedtune.algorithms.fedbiot.config import OffsiteFamilyConfig
 from fedtune.algorithms.fedbiot.package import Blueprint, Tensors, select
-from fedtune.config.algorithms import OffsiteFamilyConfig
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.core.tags import PROVIDER_ONLY_TAG
 from fedtune.eval.loss import lm_eval_loss

@@ -39,10 +39,10 @@ from fedtune.aggregation import weighted_mean
 from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedmkt import client, public, scoring, server
+from fedtune.algorithms.fedmkt.config import FedMKTConfig
 from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
 from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, Teacher, distil
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FedMKTConfig
 from fedtune.core.errors import ConfigError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.data.formats import Example

@@ -24,11 +24,11 @@ from typing import Any
 import torch
 
 from fedtune.algorithms.base import Artifact
-from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedavg.algorithm import LoraFedAlgorithm
 from fedtune.algorithms.fedpt import proxy, server
+from fedtune.algorithms.fedpt.config import FedPTConfig, LargeHttpConfig
 from fedtune.algorithms.fedpt.server import LargeModel, PublicSets
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FedPTConfig, LargeHttpConfig
 from fedtune.core.messages import ServerState, Update, prefixed
 from fedtune.models import lora as lora_helpers
 from fedtune.models.loading import save_pretrained_dir

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fedtune.config.algorithms import LargeHttpConfig
+from fedtune.algorithms.fedpt.config import LargeHttpConfig
 from fedtune.core.errors import ModelError
 from fedtune.core.http_retry import MaxRetryError, RetryingClient
 from fedtune.models.proxy_decoding import Decoder, RecomputeDecoder

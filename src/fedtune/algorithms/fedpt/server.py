@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from fedtune.algorithms.fedpt.proxy import LogitSource, ModelLogits, check_same_vocabulary
-from fedtune.config.algorithms import (
+from fedtune.algorithms.fedpt.config import (
     FedPTConfig,
     LargeHttpConfig,
     LargeModelConfig,
     LargePretrainedConfig,
 )
+from fedtune.algorithms.fedpt.proxy import LogitSource, ModelLogits, check_same_vocabulary
 from fedtune.config.job import TinyModelConfig
 from fedtune.core.errors import ConfigError, DataError, ModelError
 from fedtune.data.formats import Example

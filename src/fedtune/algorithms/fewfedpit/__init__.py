@@ -1,3 +1,5 @@
-"""FewFedPIT (paper 004): few-shot tenants grow their data synthetically and leak less."""
+"""FewFedPIT (paper 004): few-shot tenants grow their data synthetically and leak less.
 
-from fedtune.algorithms.fewfedpit import algorithm  # noqa: F401  (registers "fewfedpit")
+The section is in :mod:`.config`, the registered class in :mod:`.algorithm`; this package
+imports nothing heavy.
+"""

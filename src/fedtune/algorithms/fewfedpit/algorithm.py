@@ -16,10 +16,10 @@ whose product would get zero weight, is skipped.
 
 from __future__ import annotations
 
-from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedavg.algorithm import LoraFedAlgorithm
 from fedtune.algorithms.fewfedpit import client
+from fedtune.algorithms.fewfedpit.config import FewFedPITConfig
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FewFedPITConfig
 from fedtune.core.messages import Broadcast, ClientState, Update, prefixed
 from fedtune.training.context import TenantContext, TenantData
 

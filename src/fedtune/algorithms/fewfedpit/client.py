@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from fedtune.algorithms.fewfedpit import synthesis
+from fedtune.algorithms.fewfedpit.config import FewFedPITConfig
 from fedtune.algorithms.fewfedpit.ifs import instruction_following_score
-from fedtune.config.algorithms import FewFedPITConfig
 from fedtune.core.errors import DataError
 from fedtune.data.formats import Example
 from fedtune.data.jsonl import write_jsonl

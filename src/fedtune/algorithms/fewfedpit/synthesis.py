@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fedtune.algorithms.fewfedpit import filters, prompts
-from fedtune.config.algorithms import FewFedPITConfig
+from fedtune.algorithms.fewfedpit.config import FewFedPITConfig
 from fedtune.data.formats import Example
 from fedtune.eval.generation import generate_greedy
 

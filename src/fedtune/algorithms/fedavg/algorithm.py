@@ -17,8 +17,8 @@ import torch
 
 from fedtune.aggregation import weighted_mean
 from fedtune.algorithms.base import Algorithm, Artifact
+from fedtune.algorithms.fedavg.config import FedAvgConfig
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FedAvgConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.training.context import ProviderContext, TenantContext, TenantData, derive_seed

@@ -20,9 +20,9 @@ from fedtune.aggregation import (
     server_opt_step,
     weighted_mean,
 )
-from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedavg.algorithm import LoraFedAlgorithm
+from fedtune.algorithms.fedopt.config import FedOptConfig
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FedOptConfig
 from fedtune.core.messages import ServerState, Update, prefixed
 from fedtune.training.context import ProviderContext
 

@@ -25,9 +25,9 @@ from fedtune.aggregation import (
     zeros_like,
 )
 from fedtune.algorithms.base import SecureSum
-from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedavg.algorithm import LoraFedAlgorithm
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import ScaffoldConfig
+from fedtune.algorithms.scaffold.config import ScaffoldConfig
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.training.context import ProviderContext, TenantContext
 from fedtune.training.local import TrainResult

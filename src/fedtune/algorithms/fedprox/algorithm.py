@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from fedtune.algorithms.fedavg import LoraFedAlgorithm
+from fedtune.algorithms.fedavg.algorithm import LoraFedAlgorithm
+from fedtune.algorithms.fedprox.config import FedProxConfig
 from fedtune.algorithms.registry import register
-from fedtune.config.algorithms import FedProxConfig
 from fedtune.training.local import Regularizer, proximal_term
 
 

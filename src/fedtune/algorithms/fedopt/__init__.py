@@ -1,0 +1,3 @@
+"""FedOPT (FedAdagrad, FedAdam, FedYogi): :mod:`.config` (its section), :mod:`.algorithm`
+(the registered class).
+"""

@@ -1,0 +1,1 @@
+"""FedProx: :mod:`.config` (its section, mu), :mod:`.algorithm` (the registered class)."""

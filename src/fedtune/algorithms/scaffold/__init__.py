@@ -1,0 +1,1 @@
+"""SCAFFOLD: :mod:`.config` (its section), :mod:`.algorithm` (the registered class)."""
