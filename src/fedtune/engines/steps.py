@@ -116,14 +116,18 @@ def _publish(env: ProviderEnv, record_key: str, tenants: list[str], tenant_key: 
     """Put the provider's recorded message into each tenant's exchange prefix where missing;
     return the size of the first tenant's copy.
 
-    The tensors enter the exchange once per call: the first missing copy is written from the
-    record, every other one is copied from it inside the exchange (a hard link on a file
-    store, ``CopyObject`` on S3; :meth:`~fedtune.storage.blobstore.BlobStore.copy`), so the
+    The tensors enter the exchange once per call: the first missing copy is copied from the
+    record (:meth:`~fedtune.storage.blobstore.BlobStore.copy`: through this process where
+    the provider store and the exchange are different backends), every other one from that
+    copy inside the exchange (a hard link on a file store, ``CopyObject`` on S3), so the
     bytes the provider writes do not grow with the tenants. The JSON is copied the same way,
     or written per tenant where the algorithm builds it for each (JSON last: its presence
     marks a copy complete). Keys and confinement are as before: each copy sits in its
-    tenant's prefix. The source is never a copy found from an earlier, interrupted call
-    (on-disk damage there would spread); the record is read (verified) at most once.
+    tenant's prefix, and a tenant reads it through its own confined store or pre-signed
+    URLs. On one filesystem the copies share the record's inode; every store write replaces
+    a file by rename, so no write through one name changes another, and damage in place is
+    caught by the checksums. The source is never a copy found from an earlier, interrupted
+    call; the record's JSON is read (verified) at most once.
     """
     store = env.store()
     record: dict[str, Any] | None = None
