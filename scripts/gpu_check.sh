@@ -3,7 +3,7 @@
 # "Reproducing on a GPU"): the machine has PyTorch and CUDA but not fedtune's other
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
 #   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
-# SECTIONS: speed tests jobs steps (default all, in that order; on an H100 `speed steps` took
+# SECTIONS: speed tests jobs steps accel (default all, in that order; on an H100 `speed steps` took
 # 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call).
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
 # bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
@@ -22,7 +22,7 @@ fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 SPEED_TIMEOUT=${SPEED_TIMEOUT:-240}
 STEPS_TIMEOUT=${STEPS_TIMEOUT:-540}
-SECTIONS=" ${*:-speed tests jobs steps} "
+SECTIONS=" ${*:-speed tests jobs steps accel} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 
 {
@@ -69,6 +69,15 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider \
   tests/unit/training/test_precision.py tests/unit/core/test_ranks_launcher.py \
   tests/unit/fedbiot/test_fedbiot_deepspeed.py > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -15 "$OUT/pytest.log"
+fi
+
+if want accel; then
+# training.compile (inductor) and training.kernels: liger against the plain path on CUDA
+# (liger-kernel only where its wheel is in .whl/; otherwise those cases are skipped).
+echo "== compile and Liger kernels on the GPU"
+timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
+  tests/unit/training/test_acceleration.py > "$OUT/accel.log" 2>&1
+echo "accel exit $?"; tail -8 "$OUT/accel.log"
 fi
 
 if want jobs; then

@@ -81,14 +81,15 @@ def test_peer_bench_times_fedtune_with_workers_against_the_bare_loop(ci_workspac
     peer = json.loads((ci_workspace / "system" / "results.json").read_text())["peer"]
     (job,) = peer["jobs"]
     runs = [row["run"] for row in job["rows"]]
-    assert runs == ["bare", "fedtune, 1 worker(s)", "fedtune, 2 worker(s)"]
+    assert runs == ["bare", "compute-only floor", "fedtune, 1 worker(s)", "fedtune, 2 worker(s)"]
     assert all(row["seconds"] > 0 for row in job["rows"])
-    assert job["rows"][0]["ratio"] == 1.0
-    one = job["rows"][1]
+    assert job["rows"][0]["ratio"] == 1.0 and job["rows"][1]["floor_ratio"] == 1.0
+    one = job["rows"][2]
     assert one["aim"] == 1.15 and one["met"] == (one["ratio"] <= 1.15)
+    assert one["floor_ratio"] == pytest.approx(one["seconds"] / job["rows"][1]["seconds"])
     # Peak resident memory of the engine process, and of each worker for the N-worker run.
-    bare, one, two = job["rows"]
-    assert "engine_peak_rss_mib" not in bare
+    bare, floor, one, two = job["rows"]
+    assert "engine_peak_rss_mib" not in bare and "engine_peak_rss_mib" not in floor
     assert one["engine_peak_rss_mib"] > 100 and "workers_peak_rss_mib" not in one
     assert two["engine_peak_rss_mib"] > 100
     assert len(two["workers_peak_rss_mib"]) == 2 and min(two["workers_peak_rss_mib"]) > 100
@@ -96,6 +97,7 @@ def test_peer_bench_times_fedtune_with_workers_against_the_bare_loop(ci_workspac
     assert "Peer job 'tiny' vs a bare sequential PyTorch + PEFT loop" in markdown
     assert "<= 1.15 (m" in markdown
     assert "peak RSS MiB (engine; workers) |" in markdown
+    assert "| run | seconds | / bare | / floor | aim |" in markdown
     peaks = ", ".join(f"{w:,.0f}" for w in two["workers_peak_rss_mib"])
     assert f"{two['engine_peak_rss_mib']:,.0f}; {peaks} |" in markdown
 
@@ -116,6 +118,10 @@ def test_peer_memory_is_a_column_only_where_it_was_recorded() -> None:
     after = system_markdown(recorded)
     assert "| run | seconds | / bare | aim | peak RSS MiB (engine; workers) |" in after
     assert "| - |" in after and "| 812 |" in after and "| 640; 1,211, 1,190 |" in after
+    assert "/ floor" not in after  # recorded before the floor: no such column
+    for row in rows:
+        row["floor_ratio"] = row["seconds"] / 10.0
+    assert f"| {rows[1]['floor_ratio']:.3f} |" in system_markdown(recorded)
 
 
 def test_an_unknown_part_is_refused(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -264,7 +264,7 @@ def test_nothing_outside_the_view_reaches_the_tenants_exchange(
     final = provider.algorithm.final_broadcast(provider.ctx, steps.ServerState.load(
         provider.store(), layout.state_key(0)))
     final.save(provider.store(), layout.final_broadcast_key(job.rounds))
-    steps._publish(provider, layout.final_broadcast_key(job.rounds), ME,
+    steps._publish(provider, layout.final_broadcast_key(job.rounds), [ME],
                    layout.final_tenant_broadcast_key(job.rounds))
     files = exchange_files(job, ME)
     assert any(k.endswith("broadcast.json") for k in files) and len(files) >= 4

@@ -556,14 +556,16 @@ def _peer_lines(peer: Mapping[str, Any]) -> list[str]:
             ),
             "",
         ]
-        # Results recorded before fedtune reported memory have no peak column.
+        # Results recorded before fedtune reported memory (or the floor) have no such column.
         memory = any("engine_peak_rss_mib" in r for r in entry["rows"])
+        floor = any("floor_ratio" in r for r in entry["rows"])
         lines += [
-            "| run | seconds | / bare | aim |"
+            "| run | seconds | / bare |" + (" / floor |" if floor else "") + " aim |"
             + (" peak RSS MiB (engine; workers) |" if memory else ""),
-            "|---|---:|---:|---|" + ("---|" if memory else ""),
+            "|---|---:|---:|" + ("---:|" if floor else "") + "---|" + ("---|" if memory else ""),
             *[
                 f"| {r['run']} | {r['seconds']:.1f} | {r['ratio']:.3f} | "
+                + (f"{r['floor_ratio']:.3f} | " if floor else "")
                 + (f"<= {r['aim']} ({'met' if r['met'] else 'missed'})" if "aim" in r else "")
                 + " |"
                 + (f" {_peaks(r)} |" if memory else "")

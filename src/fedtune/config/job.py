@@ -50,6 +50,20 @@ class TrainingConfig(StrictModel):
         "(Hugging Face gradient checkpointing, non-reentrant): less memory, about a third more "
         "compute, the same loss up to float rounding.",
     )
+    compile: bool = Field(
+        False,
+        description="Compile the training forward passes (client steps, provider distillation) "
+        "with torch.compile. The compile is paid once per process and model (seconds to "
+        "minutes) plus once more when batch shapes first change, so it pays off for client "
+        "steps of many local steps on a GPU; results match the plain path within float "
+        "tolerance, not bitwise. On the CPU it needs a C++ compiler.",
+    )
+    kernels: Literal["none", "liger"] = Field(
+        "none",
+        description="liger: Liger-Kernel's fused Triton kernels (RMSNorm, RoPE, SwiGLU, fused "
+        "linear cross-entropy) in the model families it supports (Llama, Mistral, Qwen2, "
+        "Gemma, Phi-3, ...). Needs a CUDA GPU and `pip install liger-kernel`; not bitwise.",
+    )
 
     @model_validator(mode="after")
     def _fp16_needs_cuda(self) -> TrainingConfig:

@@ -7,11 +7,18 @@ to answer.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedtune.core.errors import ConfigError
+
+BACKEND_ENV = "FEDTUNE_COMPILE_BACKEND"
+"""The ``torch.compile`` backend of ``training.compile`` (default inductor; the CPU tests use
+aot_eager, which traces the same graphs without generating kernels)."""
 
 if TYPE_CHECKING:
     from fedtune.config.job import TrainingConfig
@@ -53,4 +60,52 @@ def resolve_device(training: TrainingConfig) -> str:
             "the CPU here, where fp16 autocast is slow and poorly supported",
             fix="Use training.precision: bf16 (or fp32) on CPU, or run on a machine with a GPU.",
         )
+    check_acceleration(training.compile, training.kernels, device)
     return device
+
+
+def check_acceleration(compile_forward: bool, kernels: str, device: str) -> None:
+    """Refuse ``training.compile`` / ``training.kernels`` that this machine cannot run on
+    ``device`` (``cpu`` or ``cuda``), before a model is built.
+
+    Raises:
+        ConfigError: ``kernels: liger`` off CUDA or without liger-kernel installed;
+            ``compile`` on the CPU without a C++ compiler, or on CUDA without Triton.
+    """
+    if kernels == "liger":
+        if device != "cuda":
+            raise ConfigError(
+                f"training.kernels: liger needs a CUDA GPU, but the job trains on {device} "
+                "(Liger-Kernel's kernels are Triton GPU kernels)",
+                fix="Set training.kernels: none on this machine, or run where a GPU is visible "
+                "with training.device: auto or cuda.",
+            )
+        if importlib.util.find_spec("liger_kernel") is None:
+            raise ConfigError(
+                "training.kernels: liger, but the liger-kernel package is not installed",
+                fix="`pip install liger-kernel` in the image or environment that trains, or set "
+                "training.kernels: none.",
+            )
+    if compile_forward and compile_backend() == "inductor":
+        if device == "cpu" and _cxx_compiler() is None:
+            raise ConfigError(
+                "training.compile: true on the CPU, but no C++ compiler is on PATH (torch "
+                "inductor builds C++ kernels; looked for $CXX, g++, c++, clang++)",
+                fix="Install one (e.g. `apt-get install g++`) or set training.compile: false.",
+            )
+        if device == "cuda" and importlib.util.find_spec("triton") is None:
+            raise ConfigError(
+                "training.compile: true on CUDA, but the triton package is not installed "
+                "(torch inductor generates Triton kernels)",
+                fix="Install the triton build that matches torch, or set training.compile: false.",
+            )
+
+
+def compile_backend() -> str:
+    """The ``torch.compile`` backend: ``$FEDTUNE_COMPILE_BACKEND``, else inductor."""
+    return os.environ.get(BACKEND_ENV) or "inductor"
+
+
+def _cxx_compiler() -> str | None:
+    names = [os.environ.get("CXX", ""), "g++", "c++", "clang++"]
+    return next((path for name in names if name and (path := shutil.which(name))), None)

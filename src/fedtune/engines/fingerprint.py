@@ -31,7 +31,8 @@ _WAIT_LIMITS = (
 _LATER_LIMITS = (*_WAIT_LIMITS, "max_record_bytes")
 _PROJECT = "<project>"
 #: Training fields added after the first fingerprints were stored, with their defaults.
-_LATER_TRAINING = {"device": "auto", "precision": "fp32", "gradient_checkpointing": False}
+_LATER_TRAINING = {"device": "auto", "precision": "fp32", "gradient_checkpointing": False,
+                   "compile": False, "kernels": "none"}
 
 
 def _base_dump(job: JobConfig) -> dict[str, Any]:

@@ -112,29 +112,42 @@ def init_step(env: ProviderEnv) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "bytes": written}
 
 
-def _copy_message(src: Store, src_key: str, dst: Store, dst_key: str) -> int:
-    """Copy a stored message byte for byte (JSON last: its presence marks it complete)."""
-    written = 0
-    for suffix in (".safetensors", ".json"):
-        data = src.get_bytes(src_key + suffix)
-        dst.put_bytes(dst_key + suffix, data)
-        written += len(data)
-    return written
+def _publish(env: ProviderEnv, record_key: str, tenants: list[str], tenant_key: str) -> int:
+    """Put the provider's recorded message into each tenant's exchange prefix where missing;
+    return the size of the first tenant's copy.
 
-
-def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) -> int:
-    """Put the provider's recorded message into one tenant's exchange prefix (if missing):
-    byte for byte, or with the metadata the algorithm builds for that tenant."""
-    exchange = env.stores.exchange(tenant)
-    if Broadcast.stored(exchange, tenant_key):
-        return stored_size(exchange, tenant_key)
+    The tensors enter the exchange once per call: the first missing copy is copied from the
+    record (:meth:`~fedtune.storage.blobstore.BlobStore.copy`: through this process where
+    the provider store and the exchange are different backends), every other one from that
+    copy inside the exchange (a hard link on a file store, ``CopyObject`` on S3), so the
+    bytes the provider writes do not grow with the tenants. The JSON is copied the same way,
+    or written per tenant where the algorithm builds it for each (JSON last: its presence
+    marks a copy complete). Keys and confinement are as before: each copy sits in its
+    tenant's prefix, and a tenant reads it through its own confined store or pre-signed
+    URLs. On one filesystem the copies share the record's inode; every store write replaces
+    a file by rename, so no write through one name changes another, and damage in place is
+    caught by the checksums. The source is never a copy found from an earlier, interrupted
+    call; the record's JSON is read (verified) at most once.
+    """
     store = env.store()
-    meta = env.algorithm.tenant_broadcast_meta(store.get_json(f"{record_key}.json"), tenant)
-    if meta is None:
-        return _copy_message(store, record_key, exchange, tenant_key)
-    data = store.get_bytes(f"{record_key}.safetensors")  # tensors first, the JSON marks it done
-    exchange.put_bytes(f"{tenant_key}.safetensors", data)
-    return len(data) + exchange.put_json(f"{tenant_key}.json", meta)
+    record: dict[str, Any] | None = None
+    first: Store | None = None  # the copy written from the record by this call
+    sizes: list[int] = []
+    for name in tenants:
+        exchange = env.stores.exchange(name)
+        if not Broadcast.stored(exchange, tenant_key):
+            record = record if record is not None else store.get_json(f"{record_key}.json")
+            meta = env.algorithm.tenant_broadcast_meta(record, name)
+            source, source_key = (first, tenant_key) if first is not None else (store, record_key)
+            source.copy(f"{source_key}.safetensors", exchange, f"{tenant_key}.safetensors")
+            if meta is None:
+                source.copy(f"{source_key}.json", exchange, f"{tenant_key}.json")
+            else:
+                exchange.put_json(f"{tenant_key}.json", meta)
+            first = first or exchange
+        if not sizes:  # the copies' tensors are one blob; the first copy's size stands for all
+            sizes.append(stored_size(exchange, tenant_key))
+    return sizes[0] if sizes else 0
 
 
 def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
@@ -154,11 +167,9 @@ def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
         broadcast = env.algorithm.configure_round(env.ctx, state, round_index)
         broadcast.save(store, key)
         out = {"seconds": time.perf_counter() - started, "raw_bytes": broadcast.nbytes}
-    sizes = [
-        _publish(env, key, name, layout.round_broadcast_key(round_index))
-        for name in sample_clients(env.job, round_index)
-    ]
-    out["bytes"] = sizes[0] if sizes else 0  # per tenant: every sampled tenant gets one copy
+    sampled = sample_clients(env.job, round_index)
+    # per tenant: every sampled tenant gets one copy (made server-side after the first)
+    out["bytes"] = _publish(env, key, sampled, layout.round_broadcast_key(round_index))
     return out
 
 
@@ -396,8 +407,9 @@ def final_state(env: ProviderEnv) -> ServerState:
     return ServerState.load(env.store(), layout.state_key(env.job.rounds))
 
 
-def publish_final_step(env: ProviderEnv, tenant: str) -> dict[str, Any]:
-    """Provider: put what tenants may see of the final model into ``tenant``'s prefix.
+def publish_final_step(env: ProviderEnv, tenants: list[str]) -> dict[str, Any]:
+    """Provider: put what tenants may see of the final model into each of ``tenants``'
+    prefixes (one write, the rest copied server-side: :func:`_publish`).
 
     The algorithm's :meth:`~fedtune.algorithms.base.Algorithm.final_broadcast` decides what
     that is; no tenant ever receives a server state.
@@ -407,16 +419,17 @@ def publish_final_step(env: ProviderEnv, tenant: str) -> dict[str, Any]:
     store = env.store()
     if not Broadcast.stored(store, record):
         env.algorithm.final_broadcast(env.ctx, final_state(env)).save(store, record)
-    return {"bytes": _publish(env, record, tenant, layout.final_tenant_broadcast_key(rounds))}
+    return {"bytes": _publish(env, record, tenants, layout.final_tenant_broadcast_key(rounds))}
 
 
 def final_broadcast_step(env: ProviderEnv) -> dict[str, Any]:
     """Provider, once after the last round: the final broadcast into every tenant's prefix,
     before any tenant's evaluate step starts (which then only reads it)."""
     started = time.perf_counter()
-    sizes = {t.name: publish_final_step(env, t.name)["bytes"] for t in env.job.tenants}
-    return {"seconds": time.perf_counter() - started, "tenants": sorted(sizes),
-            "bytes": next(iter(sizes.values()), 0)}
+    names = [t.name for t in env.job.tenants]
+    published = publish_final_step(env, names)
+    return {"seconds": time.perf_counter() - started, "tenants": sorted(names),
+            "bytes": published["bytes"]}
 
 
 def final_broadcast_published(job: JobConfig, tenant: str) -> bool:

@@ -201,6 +201,8 @@ def set_adapter_state(model: PeftModel, tensors: dict[str, torch.Tensor]) -> Non
             "adapter tensors do not fit the model: " + "; ".join(parts),
             fix="Send adapters produced by the same model and LoRA settings (r, targets).",
         )
+    if _copy_into_adapter(model, tensors, expected):
+        return
     result = set_peft_model_state_dict(model, tensors, adapter_name=ADAPTER_NAME)
     # Checked above, so this only trips if PEFT's naming changes under us.
     unplaced = list(getattr(result, "unexpected_keys", []))
@@ -209,6 +211,27 @@ def set_adapter_state(model: PeftModel, tensors: dict[str, torch.Tensor]) -> Non
             f"PEFT did not place adapter tensors: {_names(unplaced)}",
             fix="Pin peft to the version in pyproject.toml.",
         )
+
+
+def _copy_into_adapter(
+    model: PeftModel, tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]
+) -> bool:
+    """Copy ``tensors`` straight into the adapter's parameters, as PEFT's loader ends up doing
+    (``copy_`` under no_grad, the same bits), without its walk over the whole model's state
+    dict: on a small model that walk was most of a round's adapter loads (issue 33). False,
+    with nothing copied, where names or shapes do not line up one to one (left to PEFT)."""
+    marker = f".{ADAPTER_NAME}."
+    params = {
+        name.replace(marker, "."): p for name, p in model.named_parameters() if marker in name
+    }
+    if set(params) != set(expected) or any(
+        tuple(params[name].shape) != shape for name, shape in expected.items()
+    ):
+        return False
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            params[name].copy_(tensor)
+    return True
 
 
 def trainable_parameters(model: PeftModel) -> dict[str, nn.Parameter]:

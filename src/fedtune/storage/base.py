@@ -42,6 +42,11 @@ class Store(Protocol):
         """
         ...
 
+    def copy(self, key: str, dst: Store, dst_key: str) -> int:
+        """Put the blob at ``key`` with its checksum at ``dst_key`` of ``dst`` (server-side
+        where both are on one backend); return the bytes that passed through this process."""
+        ...
+
     def exists(self, key: str) -> bool:
         """True when the blob and its checksum are both present (a complete write)."""
         ...

@@ -30,6 +30,8 @@ from fedtune.storage.keys import (
 if TYPE_CHECKING:
     import torch
 
+    from fedtune.storage.base import Store
+
 logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -112,6 +114,11 @@ class BlobStore(ABC):
     def _presign(self, name: str, method: Literal["get", "put"], expires_s: int) -> str:
         """A pre-signed URL for ``name``."""
 
+    def _copy_within(self, name: str, dst: BlobStore, dst_name: str) -> bool:
+        """Copy the object ``name`` to ``dst_name`` of ``dst`` without its bytes passing
+        through this process, where the backend can (True); False where it cannot."""
+        return False
+
     @property
     @abstractmethod
     def uri(self) -> str:
@@ -150,6 +157,31 @@ class BlobStore(ABC):
         logger.debug("wrote %s/%s (%d bytes)", self.uri, key, len(data))
         killpoints.stored(f"{self.uri}/{key}")  # the full location: a tenant store is rooted at its prefix
         return len(data)
+
+    def copy(self, key: str, dst: Store, dst_key: str) -> int:
+        """Put the blob at ``key`` and its checksum at ``dst_key`` of ``dst``; return the bytes
+        that passed through this process.
+
+        Where both stores are on one backend the copy is made there (a hard link on one
+        filesystem, S3 ``CopyObject`` on one endpoint) and 0 is returned: sending one message
+        to many tenants then costs one write, not one per tenant. The source is not read, so
+        not verified here; the copied sidecar is, by every reader. Elsewhere the blob is read
+        (verified) and written. The sidecar lands last either way, as :meth:`put_bytes` does.
+        """
+        if isinstance(dst, BlobStore) and self.exists(key):
+            name, target = self._name(key), dst._name(dst_key)
+            recorded = dst._read(target + SIDECAR_SUFFIX)
+            if recorded is not None:
+                if recorded == self._read(name + SIDECAR_SUFFIX) and dst._has(target):
+                    return 0  # already there (as put_bytes, never take a reader's sidecar away)
+                dst._remove(target + SIDECAR_SUFFIX)  # incomplete while the blob is replaced
+            if self._copy_within(name, dst, target) and self._copy_within(
+                name + SIDECAR_SUFFIX, dst, target + SIDECAR_SUFFIX
+            ):
+                logger.debug("copied %s/%s to %s/%s", self.uri, key, dst.uri, dst_key)
+                killpoints.stored(f"{dst.uri}/{dst_key}")
+                return 0
+        return dst.put_bytes(dst_key, self.get_bytes(key))
 
     def get_bytes(self, key: str, *, verify: bool = True) -> bytes:
         """Read the blob at ``key``, checking it against its sidecar (see the protocol)."""

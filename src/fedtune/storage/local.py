@@ -103,6 +103,29 @@ class LocalStore(BlobStore):
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 return None
 
+    def _copy_within(self, name: str, dst: BlobStore, dst_name: str) -> bool:
+        """A hard link where both folders are on one filesystem. Every write here replaces a
+        file by rename and none writes into one, so a later write through either name
+        leaves the other's bytes as they were."""
+        if not isinstance(dst, LocalStore):
+            return False
+        source, target = self._path(name), dst._path(dst_name)
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        with dst._os_errors("write", target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, tmp)
+        except OSError:  # another filesystem, no hard links there, or no source: copy instead
+            return False
+        with dst._os_errors("write", target):
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            _fsync_dir(target.parent)
+        return True
+
     def _has(self, name: str) -> bool:
         return self._path(name).is_file()
 

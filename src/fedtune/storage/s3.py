@@ -282,6 +282,15 @@ class S3Store(BlobStore):
                 raise
             return True
 
+    def _copy_within(self, name: str, dst: BlobStore, dst_name: str) -> bool:
+        """S3 copies where both stores are on one endpoint (``CopyObject``, in parts above
+        boto3's multipart threshold, as a large package needs), with ``dst``'s credentials."""
+        if not isinstance(dst, S3Store) or dst.endpoint_url != self.endpoint_url:
+            return False
+        with dst._errors("copy to", dst_name):
+            dst._client.copy({"Bucket": self._bucket, "Key": name}, dst._bucket, dst_name)
+        return True
+
     def _remove(self, name: str) -> None:
         with self._errors("delete", name):
             self._client.delete_object(Bucket=self._bucket, Key=name)

@@ -176,6 +176,7 @@ def train_local(
             next(batches)
     started = time.perf_counter()
     step = len(losses)
+    forward = runtime.forward(model)
     with runtime.adapter_inputs_uncast(model):  # autocast recasts them anyway
         for batch in batches:
             if part is not None and part.stop is not None and step == part.stop:
@@ -185,7 +186,7 @@ def train_local(
             step += 1
             optimizer.zero_grad(set_to_none=True)
             with runtime.autocast():
-                loss = model(**runtime.batch(batch)).loss
+                loss = forward(**runtime.batch(batch)).loss
             total = loss + regularizer(params) if regularizer is not None else loss
             stepper.backward(total)
             if grad_correction is not None:

@@ -9,7 +9,9 @@ from ``training``) instead of deciding for itself:
 - :meth:`Runtime.autocast` wraps forward passes (bf16/fp16 autocast; nothing for fp32).
 - :class:`Stepper` runs backward and the optimizer step, with a GradScaler for fp16 only.
 - :meth:`Runtime.prepare` turns on gradient checkpointing (non-reentrant, so a frozen base
-  under PEFT needs no ``enable_input_require_grads``).
+  under PEFT needs no ``enable_input_require_grads``) and patches in ``training.kernels``;
+  :meth:`Runtime.forward` is what training loops call (compiled under ``training.compile``,
+  see :mod:`fedtune.training.acceleration`).
 
 LoRA adapters stay fp32 whatever the precision (PEFT upcasts them, ``autocast_adapter_dtype``),
 so aggregation, secure aggregation and DP arithmetic are fp32, and stores only ever receive CPU
@@ -29,6 +31,7 @@ from torch import nn
 
 from fedtune.config.job import TrainingConfig
 from fedtune.core.devices import resolve_device
+from fedtune.training import acceleration
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -40,13 +43,16 @@ class Runtime:
     device: torch.device = torch.device("cpu")
     precision: str = "fp32"
     gradient_checkpointing: bool = False
+    compile: bool = False
+    kernels: str = "none"
 
     @classmethod
     def of(cls, training: TrainingConfig | None) -> Runtime:
         """The runtime ``training`` asks for on this machine (None: fp32 on the CPU).
 
         Raises:
-            ConfigError: ``device: cuda`` without CUDA here, or fp16 on the CPU.
+            ConfigError: ``device: cuda`` without CUDA here, or fp16 on the CPU; compile or
+                kernels this machine cannot run (:func:`fedtune.core.devices.check_acceleration`).
         """
         if training is None:
             return cls()
@@ -54,6 +60,8 @@ class Runtime:
             device=torch.device(resolve_device(training)),
             precision=training.precision,
             gradient_checkpointing=training.gradient_checkpointing,
+            compile=training.compile,
+            kernels=training.kernels,
         )
 
     @property
@@ -116,9 +124,15 @@ class Runtime:
             if param.is_floating_point() and param.dtype != torch.float32:
                 param.data = param.data.float()
 
+    def forward(self, model: nn.Module) -> Any:
+        """What a training loop calls for ``model``'s forward passes: the model, or under
+        ``training.compile`` its compiled wrapper (the same parameters)."""
+        return acceleration.training_forward(model, self.compile)
+
     def prepare(self, model: nn.Module) -> nn.Module:
-        """Turn on gradient checkpointing where the job asks for it (Hugging Face models,
-        also under a PEFT wrapper); the model is returned."""
+        """Turn on gradient checkpointing and patch in ``training.kernels`` where the job asks
+        for them (Hugging Face models, also under a PEFT wrapper); the model is returned."""
+        acceleration.apply_kernels(model, self.kernels)
         if self.gradient_checkpointing:
             target = _hf_model(model)
             if target is not None and not _checkpointing(target):

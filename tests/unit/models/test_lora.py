@@ -113,6 +113,27 @@ def test_state_round_trip_gives_bitwise_equal_logits(arch: str) -> None:
     assert torch.equal(logits(source, ids), logits(target, ids))
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("targets", [None, ["all-linear"]])
+def test_set_adapter_state_loads_what_peft_loads(arch: str, targets: list[str] | None) -> None:
+    """The direct copy into the adapter's parameters leaves every tensor of the model (and
+    its gradients' owners) exactly as PEFT's own loader leaves them."""
+    from peft import set_peft_model_state_dict
+
+    source = lora(arch, seed=1, targets=targets)
+    state = randomized(source, seed=2)
+    ours, peft_loaded = lora(arch, seed=9, targets=targets), lora(arch, seed=9, targets=targets)
+    live = dict(ours.named_parameters())
+    set_adapter_state(ours, state)
+    set_peft_model_state_dict(peft_loaded, state, adapter_name="default")
+    theirs = peft_loaded.state_dict()
+    assert ours.state_dict().keys() == theirs.keys()
+    assert all(torch.equal(v, theirs[k]) for k, v in ours.state_dict().items())
+    assert all(p is live[n] for n, p in ours.named_parameters())  # loaded in place
+    assert any(not torch.equal(v, adapter_state(lora(arch, seed=9, targets=targets))[k])
+               for k, v in adapter_state(ours).items())
+
+
 def test_adapter_state_is_a_detached_cpu_copy() -> None:
     model = lora("llama")
     state = adapter_state(model)

@@ -110,7 +110,7 @@ def align(
     stepper = runtime.stepper(optimizer)
     world = distributed.World.current()
     trainer: Any = None
-    run_model: Any = pair.student
+    run_model: Any = runtime.forward(pair.student)  # plain, or compiled (training.compile)
     teacher: Any = pair.teacher
     device = runtime.device
     if plan.deepspeed is not None:

@@ -191,13 +191,14 @@ def distil(
     runtime = settings.runtime
     stepper = runtime.stepper(optimizer)
     model.train()
+    forward = runtime.forward(model)
     ce_values: list[float] = []
     kd_values: list[float] = []
     with runtime.adapter_inputs_uncast(model):  # autocast recasts LoRA inputs anyway
         for idx in batch_indices(len(rows), settings.batch_size, steps, settings.seed):
             batch = runtime.batch(collate([rows[i] for i in idx], settings.pad_id))
             with runtime.autocast():
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             ce_sum = logits.new_zeros((), dtype=torch.float32)
             kd_sum = logits.new_zeros((), dtype=torch.float32)
             ce_n = kd_n = 0

@@ -354,7 +354,7 @@ def distill(
         )
         engine = DeepSpeedTrainer(student, params.values(), optimizer, ds_config)
     device = engine.device if engine is not None else runtime.device
-    forward = engine if engine is not None else student
+    forward = engine if engine is not None else runtime.forward(student)
     ce_values: list[float] = []
     kl_values: list[float] = []
     torch.manual_seed(seed)
