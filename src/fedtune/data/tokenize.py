@@ -24,7 +24,7 @@ from fedtune.core.errors import DataError
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
 
-__all__ = ["IGNORE_INDEX", "collate", "encode_example", "encode_examples"]
+__all__ = ["IGNORE_INDEX", "bos_prefix", "collate", "encode_example", "encode_examples"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ IGNORE_INDEX: Final[int] = -100
 Encoded = dict[str, list[int]]
 
 
-def _bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The BOS id if this tokenizer adds one by itself (Llama does, GPT-2 does not)."""
     bos = tokenizer.bos_token_id
     if bos is None:
@@ -77,7 +77,7 @@ def encode_example(example: Example, tokenizer: PreTrainedTokenizerBase, max_len
             no room for the response.
     """
     eos = _check(tokenizer, max_len)
-    prompt = _bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
+    prompt = bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
     response = [*_ids(tokenizer, example.response), eos]
     if len(prompt) >= max_len:
         raise DataError(
