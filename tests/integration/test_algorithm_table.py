@@ -67,3 +67,24 @@ def test_algorithm_runs_in_bf16_and_stores_fp32_adapters(
     adapter = state.group("adapter")
     assert adapter and {t.dtype for t in adapter.values()} == {torch.float32}
     assert all(torch.isfinite(t).all() for t in adapter.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", algorithm_names())
+def test_the_audit_runs_end_to_end_or_is_refused_at_validation(
+    name: str, make_job: Callable[..., JobConfig]
+) -> None:
+    """With ``audit.enabled`` a job either audits every audited tenant after training (its
+    scores reach the provider's record) or is refused before it trains, saying why: never
+    trained, then failed in the tenants' audit steps (FedMKT did, issue 29)."""
+    audit = {"enabled": True, "records": 2, "max_new_tokens": 2}
+    try:
+        job = make_job(rounds=1, algorithm=TABLE[name], audit=audit, **JOB_OVERRIDES.get(name, {}))
+    except ValueError as exc:  # pydantic's ValidationError
+        assert f"algorithm {name!r} cannot be audited" in str(exc) and "audit.enabled: false" in str(exc)
+        return
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    assert summary["completed"]
+    record = summary["audit"]
+    assert sorted(record["tenants"]) == job.audited_tenants
+    assert record["pooled"]["n"] >= len(job.audited_tenants) and 0.0 <= record["pooled"]["mean"] <= 1.0

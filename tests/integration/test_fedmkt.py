@@ -355,8 +355,9 @@ def test_a_tenant_reads_its_own_model_only_inside_its_own_store(tmp_path, s3_buc
 
 def test_the_example_runs_end_to_end_and_logs_every_model_per_round(tmp_path):
     """examples/fedmkt.yaml as shipped (three tokenizers, Llama and GPT-2 tenants), shortened
-    to two rounds of two steps: MLflow holds the LLM's and each tenant's SLM's scores, under
-    the model's name, for every round."""
+    to two rounds of two steps, with the memorization audit: MLflow holds the LLM's and each
+    tenant's SLM's scores, under the model's name, for every round; every tenant audits its own
+    small model, and the LLM's registered version carries no score of another model."""
     import mlflow
 
     from fedtune.config import load_job
@@ -368,6 +369,7 @@ def test_the_example_runs_end_to_end_and_logs_every_model_per_round(tmp_path):
         "workdir": str(tmp_path / "work"), "rounds": 2,
         "training": example.training.model_copy(update={"local_steps": 2}),
         "tracking": example.tracking.model_copy(update={"tracking_uri": uri}),
+        "audit": example.audit.model_copy(update={"enabled": True, "records": 4}),
     })
     summary = run_job(job, make_tracker(job), RunOptions(progress=False))
     assert [r["accepted"] for r in summary["rounds"]] == [["tenant-a", "tenant-b", "tenant-c"]] * 2
@@ -384,3 +386,34 @@ def test_the_example_runs_end_to_end_and_logs_every_model_per_round(tmp_path):
         named = [k for k in keys if k.endswith((f"eval/slm/acc/{tenant}", f"eval/slm/rouge_l/{tenant}"))]
         assert named and all(rounds_of(k) == {1, 2} for k in named), sorted(keys)
     assert [m.name for m in client.search_registered_models()] == [job.name]
+    audit = summary["audit"]
+    assert sorted(audit["tenants"]) == ["tenant-a", "tenant-b", "tenant-c"] and audit["tagged"] == []
+    assert "own model" in audit["subject"] and "audit/memorization/mean" in keys
+    [version] = client.search_model_versions(f"name='{job.name}'")
+    assert not [t for t in version.tags if t.startswith("fedtune.audit")]
+
+
+def test_every_round_ends_with_its_llm_to_slm_transfer_the_last_one_included(tmp_path):
+    """Algorithm 1 ends each round with the LLM -> SLM transfer: after R rounds a tenant's
+    final small model has had R of them (round 1's included), and what it scores, exports and
+    audits is the model after the last one, not the one its last client step trained."""
+    import torch
+    from safetensors.torch import load
+
+    from fedtune.core.messages import ClientState
+    from fedtune.engines import steps
+
+    job = parse_job(fedmkt_job(tmp_path))
+    summary = run_job(job, NullTracker(), RunOptions(progress=False))
+    for tenant in job.tenants:
+        own = steps.TenantEnv.create(job, tenant.name).own
+        trained = ClientState.load(own, layout.client_state_key(job.rounds))
+        final = ClientState.load(own, layout.final_client_state_key(job.rounds))
+        assert final.meta["transfers"] == list(range(1, job.rounds + 1))
+        assert trained.meta["transfers"] == list(range(1, job.rounds))
+        changed = [k for k, v in final.group("adapter").items() if not torch.equal(v, trained.group("adapter")[k])]
+        assert changed, f"{tenant.name}: the last round's transfer left the small model as trained"
+        exported = load(own.get_bytes("artifacts/slm/adapter/adapter_model.safetensors"))
+        digests = {hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in final.group("adapter").values()}
+        assert {hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in exported.values()} == digests
+        assert summary["final_eval"][tenant.name] == {k.removeprefix("eval/"): v for k, v in final.meta["metrics"].items()}

@@ -244,13 +244,22 @@ def _fedmkt_job(workdir: Path):  # type: ignore[no-untyped-def]
 @pytest.mark.slow
 def test_kfp_local_fedmkt_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
     """Heterogeneous tenants (two architectures, two tokenizers) in separate task processes:
-    the LLM's adapter and knowledge are the same bits as in one process."""
-    local_job = _fedmkt_job(tmp_path / "local")
-    expected, got = run_both(local_job, _fedmkt_job(tmp_path / "kfp"))
+    the LLM's adapter and knowledge are the same bits as in one process, and so is each
+    tenant's final small model (after the last round's transfer, in the evaluate task)."""
+    from fedtune.core.messages import ClientState
+    from fedtune.engines import steps
+
+    local_job, kfp_job = _fedmkt_job(tmp_path / "local"), _fedmkt_job(tmp_path / "kfp")
+    expected, got = run_both(local_job, kfp_job)
     assert any(k.startswith("knowledge/") for k in final_state(local_job))
     for record, reference in zip(got["rounds"], expected["rounds"], strict=True):
         for tenant, values in reference["tenants"].items():
             assert record["tenants"][tenant]["metrics"] == values["metrics"]
+    for tenant in (t.name for t in local_job.tenants):
+        a, b = (ClientState.load(steps.TenantEnv.create(job, tenant).own, layout.final_client_state_key(job.rounds))
+                for job in (local_job, kfp_job))
+        assert a.meta == b.meta and a.meta["transfers"] == [1, 2]
+        assert a.tensors.keys() == b.tensors.keys() and all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)
 
 
 @pytest.mark.slow

@@ -105,6 +105,26 @@ class Algorithm(ABC, Generic[C]):
     ) -> dict[str, float]:
         """Tenant: metrics of the model in ``broadcast`` on the tenant's held-out split."""
 
+    def finish_kept(
+        self, ctx: TenantContext, broadcast: Broadcast, data: TenantData, client_state: ClientState
+    ) -> ClientState:
+        """Tenant, after the last round, where it keeps a model: the kept state brought to the
+        end of the last round from the final ``broadcast`` (FedMKT's last LLM -> SLM transfer).
+        The final steps score, export and audit what this returns (default: the state as is)."""
+        return client_state
+
+    def kept_model(self, ctx: TenantContext, client_state: ClientState) -> tuple[Any, Any]:
+        """Tenant: the model and tokenizer of the kept state :meth:`finish_kept` returned, where
+        the tenant keeps a model (what its memorization audit runs).
+
+        Raises:
+            ModelError: The algorithm keeps no model of the tenant's.
+        """
+        raise ModelError(
+            f"algorithm {type(self).__name__} keeps no model of the tenant's own",
+            fix="Audit the model of the final broadcast (tenant_model) instead.",
+        )
+
     def evaluate_kept(
         self, ctx: TenantContext, data: TenantData, client_state: ClientState
     ) -> dict[str, float]:

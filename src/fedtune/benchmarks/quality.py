@@ -462,12 +462,12 @@ class _Bench:
         return self._eval_sets[key]
 
     def score_tenant_models(self, job: JobConfig) -> Metrics:
-        """Each tenant's final small model (its last kept state) on the suite's test set:
+        """Each tenant's final small model (its kept state, the last round finished) on the test set:
         ``slm/em/<tenant>``, and over tenants ``slm/em``, ``slm/local_em``, ``slm/test_loss``."""
         per_tenant: dict[str, Metrics] = {}
         for tenant in (t.name for t in job.tenants):
             env = steps.TenantEnv.create(job, tenant)
-            state = ClientState.load(env.own, layout.client_state_key(job.rounds))
+            state = ClientState.load(env.own, layout.final_client_state_key(job.rounds))
             adapter = {k.removeprefix("adapter/"): v for k, v in state.tensors.items() if k.startswith("adapter/")}
             tokenizer = env.ctx.tokenizer()
             per_tenant[tenant] = evaluate_model(env.ctx.peft_model(adapter), self.eval_set_for(tokenizer), tokenizer)

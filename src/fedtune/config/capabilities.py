@@ -39,8 +39,8 @@ class Capabilities:
             final evaluate step also scores and exports it, in the tenant's process.
         splittable_client_step: The client step may be cut at a local step boundary and
             continued in another worker process.
-        audit: A tenant can run the model its final broadcast carries, so the memorization
-            audit (``audit.enabled``) applies.
+        audit: A tenant can run the model its final broadcast carries, or the model it keeps
+            (``tenant_keeps_model``), so the memorization audit (``audit.enabled``) applies.
     """
 
     module: str

@@ -680,9 +680,9 @@ class JobConfig(StrictModel):
         if self.audit.enabled and not type(self.algorithm).capabilities.audit:
             raise ValueError(
                 f"audit.enabled is set, but algorithm {self.algorithm.name!r} cannot be "
-                "audited: its final broadcast carries no model a tenant can run (tenants keep "
-                "their own models); set audit.enabled: false, or audit with an algorithm that "
-                "can be (e.g. fedavg)"
+                "audited: its tenants can run no model after training (neither one in the final "
+                "broadcast nor one of their own); set audit.enabled: false, or audit with an "
+                "algorithm that can be (e.g. fedavg)"
             )
 
     def _check_scaffold_optimizer(self) -> None:

@@ -29,7 +29,7 @@ from fedtune.data.chat import chat_segments
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
 
-__all__ = ["IGNORE_INDEX", "collate", "encode_example", "encode_examples"]
+__all__ = ["IGNORE_INDEX", "bos_prefix", "collate", "encode_example", "encode_examples"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class _TooLong(DataError):
     any other problem (a chat template that fails) stops it."""
 
 
-def _bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The BOS id if this tokenizer adds one by itself (Llama does, GPT-2 does not)."""
     bos = tokenizer.bos_token_id
     if bos is None:
@@ -89,7 +89,7 @@ def encode_example(example: Example, tokenizer: PreTrainedTokenizerBase, max_len
     eos = _check(tokenizer, max_len)
     if example.messages:
         return _encode_chat(example, tokenizer, max_len)
-    prompt = _bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
+    prompt = bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
     response = [*_ids(tokenizer, example.response), eos]
     if len(prompt) >= max_len:
         raise _TooLong(

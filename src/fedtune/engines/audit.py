@@ -3,7 +3,9 @@
 After export and registration, each tenant named by ``audit.tenants`` runs
 :func:`audit_step` on its own side, like the final evaluation: it builds the model its final
 broadcast lets it run (:meth:`~fedtune.algorithms.base.Algorithm.tenant_model`; never a
-server state), prompts it with a seeded sample of its own training records and writes
+server state) or, where the tenant keeps a model of its own (FedMKT's small model), that model
+(:meth:`~fedtune.algorithms.base.Algorithm.kept_model`; the provider's registered versions are
+then not tagged), prompts it with a seeded sample of its own training records and writes
 
 - the numbers only (:class:`~fedtune.eval.memorization.AuditScores`) to its exchange prefix,
 - the full report (line numbers, per-record Rouge-L, generations) to its private store.
@@ -56,8 +58,7 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
     numbered = read_numbered_examples(env.tenant.data_uri, fmt, limits=job.limits)
     # The training split only: held-out records were never trained on.
     train, _ = split_indices(len(numbered), job.training.eval_fraction, job.seed, env.tenant.name)
-    broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(job.rounds))
-    model, tokenizer = env.algorithm.tenant_model(env.ctx, broadcast)
+    model, tokenizer = _audited_model(env)
     outcome = audit_model(
         model,
         tokenizer,
@@ -71,6 +72,24 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
     scores = outcome.scores.to_json()
     env.exchange.put_json(out_key, scores)
     return {"scores": scores}
+
+
+def _audited_model(env: steps.TenantEnv) -> tuple[Any, Any]:
+    """The tenant's own final model where it keeps one (FedMKT's small model, the last round
+    finished: :func:`~fedtune.engines.tenant_export.finished_state`), else the model its final
+    broadcast lets it run."""
+    if env.algorithm.tenant_keeps_model:
+        from fedtune.engines import tenant_export
+
+        kept = tenant_export.finished_state(env)
+        if kept is None:
+            raise ConfigError(
+                f"tenant {env.tenant.name!r} trained in no round, so it keeps no model to audit",
+                fix="Audit only tenants that took part (audit.tenants), or run more rounds.",
+            )
+        return env.algorithm.kept_model(env.ctx, kept)
+    broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(env.job.rounds))
+    return env.algorithm.tenant_model(env.ctx, broadcast)
 
 
 def collect_scores(env: steps.ProviderEnv, tenants: list[str]) -> dict[str, AuditScores]:
@@ -111,16 +130,23 @@ def record_audit(
     job = env.job
     parts = collect_scores(env, job.audited_tenants)
     pooled = pool_scores(parts)
+    kept = env.algorithm.tenant_keeps_model
+    subject = (
+        f"each audited tenant's own model ({job.algorithm.name}), not the provider's"
+        if kept else f"what the final broadcast of {job.algorithm.name} lets a tenant run"
+    )
     tags = {
         AUDIT_TAG: f"{pooled['mean']:.6f}",
         f"{AUDIT_TAG}.max": f"{pooled['max']:.6f}",
         f"{AUDIT_TAG}.records": str(int(pooled["n"])),
         f"{AUDIT_TAG}.threshold": str(job.audit.threshold),
-        SUBJECT_TAG: f"what the final broadcast of {job.algorithm.name} lets a tenant run",
+        SUBJECT_TAG: subject,
     }
     tagged = []
     for entry in artifacts.values():
-        if entry.get("registered_version"):
+        # The tenants' own models were audited, not the provider's: its versions stay
+        # untagged, so a promotion gate on them cannot pass on another model's score.
+        if entry.get("registered_version") and not kept:
             tracker.tag_model_version(entry["registered_name"], entry["registered_version"], tags)
             tagged.append({"name": entry["registered_name"], "version": entry["registered_version"]})
     metrics = {f"audit/memorization/{k}": v for k, v in pooled.items()}
@@ -133,6 +159,7 @@ def record_audit(
         "pooled": pooled,
         "tenants": {n: s.to_json() for n, s in parts.items()},
         "threshold": job.audit.threshold,
+        "subject": subject,
         "tagged": tagged,
     }
     store.put_json(layout.AUDIT_KEY, record)

@@ -122,6 +122,12 @@ def client_state_key(round_index: int) -> str:
     return f"client-state/{round_tag(round_index)}"
 
 
+def final_client_state_key(round_index: int) -> str:
+    """A tenant's kept state at the end of the last round (``Algorithm.finish_kept``), which
+    its final steps score, export and audit (in the tenant's own store)."""
+    return f"final-client-state/{round_tag(round_index)}"
+
+
 def partial_step_key(round_index: int) -> str:
     """A client step's local training cut at a step boundary, for the worker that continues
     it (in the tenant's own store; removed once continued)."""

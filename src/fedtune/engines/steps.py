@@ -456,7 +456,7 @@ def evaluate_step(env: TenantEnv) -> dict[str, float]:
         # tenant's process, into its own store; only the scalars go to the exchange.
         from fedtune.engines import tenant_export
 
-        kept = tenant_export.latest_client_state(env)
+        kept = tenant_export.finished_state(env)  # the last round finished (finish_kept)
         if kept is not None:
             metrics.update(env.algorithm.evaluate_kept(env.ctx, env.data(), kept))
             tenant_export.export_kept(env, kept)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.config.job import TrackingConfig
-from fedtune.core.messages import ClientState
+from fedtune.core.messages import Broadcast, ClientState
 from fedtune.engines import layout
 from fedtune.engines.steps import TenantEnv
 
@@ -25,6 +25,23 @@ def latest_client_state(env: TenantEnv) -> ClientState | None:
     """The tenant's client state of the last round it trained in (None if it never did)."""
     found = layout.latest_round(env.own.list("client-state/"), before=env.job.rounds + 1)
     return None if found is None else ClientState.load(env.own, layout.client_state_key(found))
+
+
+def finished_state(env: TenantEnv) -> ClientState | None:
+    """The tenant's kept state at the end of the last round: its last client state brought
+    there by :meth:`~fedtune.algorithms.base.Algorithm.finish_kept` from the final broadcast,
+    computed once and kept in its own store (a resumed or later final step reads it back, so
+    evaluation, export and audit see the same model). None if the tenant never trained."""
+    key = layout.final_client_state_key(env.job.rounds)
+    if ClientState.stored(env.own, key):
+        return ClientState.load(env.own, key)
+    last = latest_client_state(env)
+    if last is None:
+        return None
+    broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(env.job.rounds))
+    state = env.algorithm.finish_kept(env.ctx, broadcast, env.data(), last)
+    state.save(env.own, key)
+    return state
 
 
 def export_kept(env: TenantEnv, state: ClientState) -> dict[str, dict[str, Any]]:

@@ -91,6 +91,16 @@ def test_a_copied_local_example_is_dropped_after_the_last_retry() -> None:
     assert report.candidates == []
 
 
+def test_by_default_an_instruction_is_discarded_after_three_failed_attempts() -> None:
+    """Paper 004, Section 3.3: "we will discard the new instruction if it fails to generate a
+    compliant sample three times" (three attempts, not a first try and three retries)."""
+    generate = Scripted(instructions=[" Name the capital city of France."], examples=[])
+    report = synthesis.synthesize(LOCAL, generate, _config(candidates=1, keep=1), random.Random(0))
+    example_prompts = [b for b in generate.calls if not b[0].rstrip().endswith(":") or "Task" not in b[0]]
+    assert report.rejected_unparsed == 3 and len(example_prompts) == 3
+    assert report.candidates == []
+
+
 def test_prompts_that_do_not_fit_the_context_drop_demonstrations() -> None:
     class Short(Scripted):
         def fits(self, prompt: str) -> bool:

@@ -5,16 +5,19 @@
   adapter starts from the job seed; the public set's hash is recorded.
 - ``configure_round``: the LLM's knowledge of the previous round (none in round 1), the LLM's
   tokenizer files (to read it), the public-set hash. Never the LLM's weights.
-- ``client_step`` (tenant): check the public-set hash; distil the LLM knowledge (DualMinCE,
-  aligned); fine-tune the tenant's own small model on its private data; return its knowledge
-  on the public set; score the small model on the tenant's held-out split (accuracy and
-  Rouge-L, :mod:`.scoring`), metrics only. The small model's adapter, tables and alignments
-  stay in the client state.
+- ``client_step`` (tenant): check the public-set hash; finish the previous round with its
+  LLM -> SLM transfer (DualMinCE, aligned; see the tenant section below); fine-tune the
+  tenant's own small model on its private data; return its knowledge on the public set;
+  score the small model on the tenant's held-out split (accuracy and Rouge-L,
+  :mod:`.scoring`), metrics only. The small model's adapter, tables and alignments stay in
+  the client state, which also lists the rounds whose transfer it has had (``transfers``).
 - ``aggregate`` (provider): align -> select -> distil into the LLM -> the LLM's knowledge for
   the next broadcast; score the LLM on the public set's held-out tail (``llm_eval_size``).
+- ``final_broadcast``: the last round's LLM knowledge (as ``configure_round``'s).
 - ``export``: the LLM (base + adapter), registered as ``<name>``.
-- ``evaluate_kept`` / ``export_kept`` (tenant, after the last round): the small model's final
-  scores, and the small model (base + adapter) written into the tenant's own store only.
+- ``finish_kept`` / ``evaluate_kept`` / ``export_kept`` (tenant, after the last round): the
+  last round's LLM -> SLM transfer, then the small model's final scores, and the small model
+  (base + adapter) written into the tenant's own store only.
 
 Homogeneous mode (``fedavg_small``, paper 003 Table 3; every tenant declares the same small
 model, checked by the job): tenants also upload their small model's LoRA adapter
@@ -29,6 +32,7 @@ Loss on both sides: ``ce_weight * CE + (1 - ce_weight) * KD`` (the paper's lambd
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +45,9 @@ from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedmkt import client, public, scoring, server
 from fedtune.algorithms.fedmkt.config import FedMKTConfig
 from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
-from fedtune.algorithms.fedmkt.transfer import DistilSettings, Side, Teacher, distil
+from fedtune.algorithms.fedmkt.transfer import DictCache, DistilSettings, Side, Teacher, distil
 from fedtune.algorithms.registry import register
-from fedtune.core.errors import ConfigError, UpdateRejected
+from fedtune.core.errors import ConfigError, ModelError, UpdateRejected
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update, prefixed
 from fedtune.data.formats import Example
 from fedtune.models import lora as lora_helpers
@@ -136,14 +140,20 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         return state
 
     def configure_round(self, ctx: ProviderContext, state: ServerState, round_index: int) -> Broadcast:
-        tensors = {k: v for k, v in state.tensors.items() if k.startswith((KNOWLEDGE + "/", SLM_ADAPTER + "/"))}
-        tensors.update(prefixed("tokenizer", tokenizer_to_tensors(ctx.tokenizer())))
         meta = {
             "round": round_index, "public_hash": state.meta["public_hash"], "top_k": self.config.top_k,
             # What check_update bounds each tenant's token ids by (tokenizers are declared public).
             "tenant_vocab_sizes": {name: len(tok) for name, tok in self._tenant_tokenizers(ctx).items()},
         }
-        return Broadcast(tensors=tensors, meta=meta)
+        return Broadcast(tensors=self._for_tenants(ctx, state), meta=meta)
+
+    def _for_tenants(self, ctx: ProviderContext, state: ServerState) -> dict[str, torch.Tensor]:
+        """What a tenant transfers from, by allowlist: the LLM's knowledge of the last round
+        (none before round 1), the LLM's tokenizer files (to read it) and, in homogeneous
+        mode, the small models' average. Never the LLM's weights."""
+        tensors = {k: v for k, v in state.tensors.items() if k.startswith((KNOWLEDGE + "/", SLM_ADAPTER + "/"))}
+        tensors.update(prefixed("tokenizer", tokenizer_to_tensors(ctx.tokenizer())))
+        return tensors
 
     def tenant_broadcast_meta(self, meta: dict[str, Any], tenant: str) -> dict[str, Any] | None:
         """A tenant's copy names its own vocabulary size only: the provider's record keeps
@@ -244,45 +254,37 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
         return self._score(model, llm_tok, held_out, everything, "eval/llm")
 
     def final_broadcast(self, ctx: ProviderContext, state: ServerState) -> Broadcast:
-        """Nothing of the LLM: tenants evaluate their own models in their client steps."""
-        return Broadcast(meta={"round": int(state.meta.get("round", 0)) + 1, "final": True})
+        """What the last round's LLM -> SLM transfer needs (:meth:`_for_tenants`; Algorithm 1
+        ends every round with it, see :meth:`finish_kept`). Nothing of the LLM's weights."""
+        meta = {"round": int(state.meta.get("round", 0)) + 1, "final": True,
+                "public_hash": state.meta["public_hash"], "top_k": self.config.top_k}
+        return Broadcast(tensors=self._for_tenants(ctx, state), meta=meta)
 
     # -- tenant -------------------------------------------------------------------------------
+    # Algorithm 1 ends round r with the LLM -> SLM transfer (ClientUpdate2, Appendix A steps
+    # 9-11), which needs the LLM's round-r knowledge: it exists only once the tenant's round-r
+    # step has returned. A tenant acts only in its own steps, so round r's transfer is the first
+    # thing its next step does: the next client step, or after the last round the final step
+    # (finish_kept). The order of work is the paper's; every transfer is applied, the last too.
     def client_step(
         self, ctx: TenantContext, broadcast: Broadcast, data: TenantData, client_state: ClientState | None
     ) -> tuple[Update, ClientState | None]:
-        """Algorithm 1 (client): distil the LLM's knowledge -> fine-tune -> own knowledge."""
+        """Algorithm 1 (client): the previous round's LLM -> SLM transfer (where the broadcast
+        carries the LLM's knowledge: from round 2), then this round's local fine-tuning
+        (ClientUpdate1) and the small model's knowledge on the public set."""
         round_index = int(broadcast.meta["round"])
-        examples = self._public(ctx.shared_public_examples())
-        public.check_same_public(broadcast.meta["public_hash"], examples, ctx.public_data_uri, f"tenant {ctx.tenant!r}")
-        tok = ctx.tokenizer()
-        check_top_k(self.config.top_k, len(tok), f"tenant {ctx.tenant!r}'s tokenizer")
-        kept = client_state.tensors if client_state is not None else {}
-        adapter = {k[len("adapter/"):]: v for k, v in kept.items() if k.startswith("adapter/")} or None
-        if self.config.fedavg_small and broadcast.group(SLM_ADAPTER):
-            adapter = broadcast.group(SLM_ADAPTER)  # homogeneous mode: start from the average
-        model = ctx.peft_model(adapter)
-        cache = client.restore_cache(kept)
-        side, chars = public.side(tok, examples, ctx.training.max_seq_len)
-        metrics: dict[str, float] = {}
-        if f"{KNOWLEDGE}/ce" in broadcast.tensors:
-            llm = Knowledge.from_tensors(broadcast.tensors, KNOWLEDGE)
-            llm_tok = tokenizer_from_tensors(broadcast.group("tokenizer"))
-            own = self._knowledge(ctx, model, tok, side, chars, 1)
-            teachers = client.selected_teachers(
-                cache, side, own.ce, llm, llm_tok, tok, broadcast.meta["public_hash"], len(examples)
-            )
-            trained = self._distil(ctx, model, tok, side, teachers, f"slm-{ctx.tenant}", round_index)
-            metrics.update({f"slm_kd_{k}": v for k, v in trained.items()})
+        small = self._small(ctx, broadcast, client_state)
+        metrics = self._transfer(ctx, small, broadcast)
+        model = small.model
         encoded = ctx.encode(data.train)
         seed = derive_seed(ctx.seed, "train", round_index, data.tenant)
         result = train_local(
             model, lora_helpers.trainable_parameters(model),
             ctx.train_batches(encoded, plan_steps(ctx.training, len(encoded)), seed), ctx.training, seed=seed,
         )
-        knowledge = self._knowledge(ctx, model, tok, side, chars, self.config.top_k)
+        knowledge = self._knowledge(ctx, model, small.tok, small.side, small.chars, self.config.top_k)
         metrics["public_ce"] = float(np.mean(knowledge.ce))
-        scores = self._score(model, tok, list(data.eval), [*data.train, *data.eval], "eval/slm")
+        scores = self._score(model, small.tok, list(data.eval), [*data.train, *data.eval], "eval/slm")
         metrics.update(scores)
         tensors = knowledge.to_tensors(KNOWLEDGE)
         if self.config.fedavg_small:
@@ -296,37 +298,106 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
                 "metrics": metrics,
             },
         )
-        state = ClientState(
-            tensors={**prefixed("adapter", lora_helpers.adapter_state(model)), **client.cache_tensors(cache)},
-            meta={"round": round_index, "metrics": scores},
+        return update, small.kept(round_index, scores)
+
+    def finish_kept(self, ctx: TenantContext, broadcast: Broadcast, data: TenantData, client_state: ClientState) -> ClientState:
+        """The last round's LLM -> SLM transfer (Algorithm 1's last client line, from the final
+        broadcast's knowledge), then the final small model's scores (:meth:`evaluate_kept`)."""
+        small = self._small(ctx, broadcast, client_state)
+        self._transfer(ctx, small, broadcast)
+        scores = self._score(small.model, small.tok, list(data.eval), [*data.train, *data.eval], "eval/slm")
+        return small.kept(int(client_state.meta.get("round", 0)), scores)
+
+    def _small(self, ctx: TenantContext, broadcast: Broadcast, client_state: ClientState | None) -> _Small:
+        """The tenant's small model as its kept state (or, in homogeneous mode, the broadcast
+        average) has it, with its view of the public set (checked against the provider's)."""
+        examples = self._public(ctx.shared_public_examples())
+        public.check_same_public(broadcast.meta["public_hash"], examples, ctx.public_data_uri, f"tenant {ctx.tenant!r}")
+        tok = ctx.tokenizer()
+        check_top_k(self.config.top_k, len(tok), f"tenant {ctx.tenant!r}'s tokenizer")
+        kept = client_state.tensors if client_state is not None else {}
+        adapter = {k[len("adapter/"):]: v for k, v in kept.items() if k.startswith("adapter/")} or None
+        if self.config.fedavg_small and broadcast.group(SLM_ADAPTER):
+            adapter = broadcast.group(SLM_ADAPTER)  # homogeneous mode: start from the average
+        side, chars = public.side(tok, examples, ctx.training.max_seq_len)
+        transfers = [int(r) for r in (client_state.meta.get("transfers") or [])] if client_state else []
+        return _Small(ctx.peft_model(adapter), tok, client.restore_cache(kept), side, chars, len(examples), transfers)
+
+    def _transfer(self, ctx: TenantContext, small: _Small, broadcast: Broadcast) -> dict[str, float]:
+        """The LLM -> SLM transfer of the round before ``broadcast``'s, where it carries the
+        LLM's knowledge: align, DualMinCE, ``lambda * CE + (1 - lambda) * KD`` on the public
+        set (Eq. L_3). Counted in ``small.transfers``; returns its ``slm_kd_*`` metrics."""
+        if f"{KNOWLEDGE}/ce" not in broadcast.tensors:
+            return {}
+        round_index = int(broadcast.meta["round"])
+        llm = Knowledge.from_tensors(broadcast.tensors, KNOWLEDGE)
+        llm_tok = tokenizer_from_tensors(broadcast.group("tokenizer"))
+        own = self._knowledge(ctx, small.model, small.tok, small.side, small.chars, 1)
+        teachers = client.selected_teachers(
+            small.cache, small.side, own.ce, llm, llm_tok, small.tok, broadcast.meta["public_hash"], small.n_public
         )
-        return update, state
+        trained = self._distil(ctx, small.model, small.tok, small.side, teachers, f"slm-{ctx.tenant}", round_index)
+        small.transfers.append(round_index - 1)
+        return {f"slm_kd_{k}": v for k, v in trained.items()}
 
     def evaluate(self, ctx: TenantContext, broadcast: Broadcast, data: TenantData) -> dict[str, float]:
         """The final broadcast carries no model for tenants (see :meth:`evaluate_kept`)."""
         return {}
 
     def evaluate_kept(self, ctx: TenantContext, data: TenantData, client_state: ClientState) -> dict[str, float]:
-        """The final small model's scores: those its last client step took after training
-        (nothing changes it afterwards), as ``slm/acc``, ``slm/rouge_l``."""
+        """The final small model's scores, as ``slm/acc``, ``slm/rouge_l``: those
+        :meth:`finish_kept` took after the last round's transfer (nothing changes it later)."""
         found = client_state.meta.get("metrics") or {}
         return {k.removeprefix("eval/"): float(v) for k, v in found.items()}
+
+    def tenant_model(self, ctx: TenantContext, broadcast: Broadcast) -> tuple[Any, Any]:
+        """None: tenants never receive the LLM (its knowledge only); see :meth:`kept_model`."""
+        raise ModelError(
+            f"tenant {ctx.tenant!r}: FedMKT's broadcasts carry the LLM's knowledge, never a model "
+            "a tenant can run",
+            fix="Run the tenant's own small model (kept_model of its final client state).",
+        )
+
+    def kept_model(self, ctx: TenantContext, client_state: ClientState) -> tuple[Any, Any]:
+        """The tenant's own small model (base + kept adapter) and its tokenizer."""
+        adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
+        return ctx.peft_model(adapter), ctx.tokenizer()
 
     def export_kept(self, ctx: TenantContext, client_state: ClientState, out_dir: Path) -> dict[str, Artifact]:
         """The tenant's small model: its base as a Hugging Face directory, the adapter in
         ``adapter/`` (the layout of the LLM's export)."""
         from fedtune.models.loading import save_pretrained_dir
 
-        adapter = {k[len("adapter/"):]: v for k, v in client_state.tensors.items() if k.startswith("adapter/")}
         model_dir = out_dir / "slm"
         base, tokenizer = ctx.base.build(ctx.runtime)
         save_pretrained_dir(base, tokenizer, model_dir)
-        lora_helpers.save_adapter(ctx.peft_model(adapter), model_dir / "adapter")
+        lora_helpers.save_adapter(self.kept_model(ctx, client_state)[0], model_dir / "adapter")
         tags = {
             "algorithm": "fedmkt", "tenant": ctx.tenant, "rounds": str(client_state.meta.get("round", 0)),
             "lora_r": str(ctx.lora_config.r), "fedtune.layout": "base+adapter",
         }
         return {"slm": Artifact(kind="base-with-adapter", path=model_dir, register=True, tags=tags)}
+
+
+@dataclass
+class _Small:
+    """A tenant's small model during one of its steps, and what its kept state carries."""
+
+    model: Any
+    tok: Any
+    cache: DictCache
+    side: Side
+    chars: list[int]
+    n_public: int
+    #: The rounds whose LLM -> SLM transfer this model has had, in order.
+    transfers: list[int]
+
+    def kept(self, round_index: int, scores: dict[str, float]) -> ClientState:
+        """The client state: the adapter, the tables and alignments, the scores."""
+        return ClientState(
+            tensors={**prefixed("adapter", lora_helpers.adapter_state(self.model)), **client.cache_tensors(self.cache)},
+            meta={"round": round_index, "metrics": scores, "transfers": list(self.transfers)},
+        )
 
 
 def _check_slm_adapter(adapter: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> list[str]:

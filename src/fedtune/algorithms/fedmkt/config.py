@@ -22,8 +22,8 @@ class FedMKTConfig(AlgorithmSection):
 
     #: Tenants never build the provider's model; each builds, keeps and exports its own
     #: (tenants[].model), and computes knowledge on the public set all parties share. Its
-    #: knowledge is no sum (no secure aggregation), and its final broadcast carries no model a
-    #: tenant could run, so there is nothing for the memorization audit to generate with.
+    #: knowledge is no sum (no secure aggregation); the memorization audit runs each audited
+    #: tenant's own small model (its final broadcast carries no model a tenant could run).
     capabilities: ClassVar[Capabilities] = Capabilities(
         module=f"{__package__}.algorithm",
         family="fedmkt",
@@ -34,7 +34,6 @@ class FedMKTConfig(AlgorithmSection):
         tenant_models=True,
         tenants_read_public=True,
         tenant_keeps_model=True,
-        audit=False,
     )
     #: The tenant's distillation and scoring; llm_frozen is the provider's.
     tenant_fields: ClassVar[tuple[str, ...]] = (

@@ -10,6 +10,8 @@ weighted by the tenants' local record counts (lines 12-14). The tenant's step is
 
 W^l and the synthetic data stay in the tenant's store (client state, ``synthetic/round-N.jsonl``);
 the provider sees the mix and counts (how many candidates each filter dropped, how many kept).
+The kept W^l is the tenant's own (the paper's private parameters, "managed locally by each
+client"), never an input: line 6 retrains W^l from W^g every round, so no step reads it back.
 At ``beta = 1`` the upload is FedAvg's (the paper: "degenerates into FedIT"), so synthesis,
 whose product would get zero weight, is skipped.
 """
@@ -63,6 +65,7 @@ class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
             files[synthetic_key(round_index)] = client.synthetic_jsonl(
                 public.kept, public.scores, round_index
             )
+        # W^l kept for the tenant (see the module docstring); the next round does not read it.
         state = ClientState(
             tensors=prefixed("private", private),
             meta={

@@ -7,7 +7,9 @@ With the global model M^g and the tenant's few local examples:
    until ``candidates`` instructions or the attempt budget is spent.
 2. Input and response per instruction: prompts with ``response_demos`` random local examples
    (alternating with and without input); a response that fails to parse or whose example is
-   too close to a local one is retried with new demonstrations up to ``retries`` times.
+   too close to a local one is retried with new demonstrations up to ``retries`` times, so
+   ``retries + 1`` attempts in all: the default 2 is the paper's "we will discard the new
+   instruction if it fails to generate a compliant sample three times".
 
 All decoding is greedy and batched (Hugging Face ``generate``, KV-cached), bounded by
 ``max_new_tokens``. Randomness (which demonstrations) comes from the given ``random.Random``.
