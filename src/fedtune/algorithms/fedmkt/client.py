@@ -17,7 +17,12 @@ import torch
 from fedtune.algorithms.fedmkt import transfer
 from fedtune.algorithms.fedmkt.knowledge import Knowledge
 from fedtune.algorithms.fedmkt.select import ce_by_sample, dual_min_ce
-from fedtune.algorithms.fedmkt.vocab import canonical_tokens, content_hash, map_vocabulary
+from fedtune.algorithms.fedmkt.vocab import (
+    VOCAB_CACHE_PREFIX,
+    canonical_tokens,
+    content_hash,
+    map_vocabulary,
+)
 
 CACHE = "cache/"
 
@@ -39,7 +44,8 @@ def cache_tensors(cache: transfer.DictCache) -> dict[str, torch.Tensor]:
 
 def vocabulary_table(cache: transfer.DictCache, llm_tokenizer: Any, own_tokenizer: Any) -> np.ndarray:
     """LLM -> SLM MinED table, from the cache or computed once."""
-    key = f"fedmkt/vocab-map-{content_hash(llm_tokenizer)[:20]}-{content_hash(own_tokenizer)[:20]}"
+    # The mapping rules' version is in the prefix: a table kept under older rules is not read.
+    key = f"{VOCAB_CACHE_PREFIX}{content_hash(llm_tokenizer)[:20]}-{content_hash(own_tokenizer)[:20]}"
     found = cache.load(key)
     if found is None:
         found = {"map": torch.from_numpy(map_vocabulary(llm_tokenizer, own_tokenizer).astype(np.int32))}

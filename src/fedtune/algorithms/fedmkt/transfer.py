@@ -73,6 +73,10 @@ class DictCache:
         self.entries[key] = tensors
 
 
+#: The version names the alignment rules: an alignment cached by older rules is not read back.
+ALIGN_CACHE_PREFIX = "fedmkt/align-v2-"
+
+
 @dataclass(frozen=True)
 class Side:
     """One party's view of the public set: its canonical token texts and encoded rows."""
@@ -87,7 +91,7 @@ def alignment(sender: Knowledge, sender_side: Side, receiver: Side, public_hash:
     """Per receiver row, the sender token position each of its tokens takes knowledge from
     (-1: none); None where the sender has no such sample. Computed once per pair and set."""
     digest = hashlib.sha256(f"{sender_side.identity}|{receiver.identity}|{public_hash}".encode())
-    key = f"fedmkt/align-{digest.hexdigest()[:32]}"
+    key = f"{ALIGN_CACHE_PREFIX}{digest.hexdigest()[:32]}"
     found = cache.load(key)
     if found is None:
         by_sample = {int(s): r for r, s in enumerate(sender.sample)}
