@@ -268,6 +268,6 @@ def load_numbered_examples(
     if not examples:
         raise DataError(
             f"dataset {name} holds no records",
-            fix="Point data_uri at a JSON Lines file with at least one record.",
+            fix="Give a JSON Lines file with at least one record (one JSON object per line).",
         )
     return examples
