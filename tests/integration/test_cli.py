@@ -210,7 +210,7 @@ def test_partition_fewshot_options_rejected_for_other_strategies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["partition", str(DATA / "all.jsonl"), "--strategy", "iid", "--clusters", "5",
-            "--out", f"a={tmp_path / 'a.jsonl'}"]
+            "--out", f"a={tmp_path / 'a.jsonl'}", "--out", f"b={tmp_path / 'b.jsonl'}"]
     assert main(args) == 2
     assert "--clusters applies only to --strategy fewshot-clusters" in capsys.readouterr().err
 
