@@ -134,7 +134,7 @@ def register_partition(sub: Any) -> None:
         action="append",
         required=True,
         metavar="TENANT=URI",
-        help="where a tenant's file goes; repeat once per tenant",
+        help="where a tenant's file goes; repeat once per tenant (at least two)",
     )
     p.add_argument(
         "--field",
