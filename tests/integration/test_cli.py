@@ -129,7 +129,8 @@ def test_partition_bad_record_names_file_and_line(
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instruction": "a", "output": "b"}\nnot json\n')
-    code = main(["partition", str(bad), "--strategy", "iid", "--out", f"a={tmp_path / 'a.jsonl'}"])
+    outs = ["--out", f"a={tmp_path / 'a.jsonl'}", "--out", f"b={tmp_path / 'b.jsonl'}"]
+    code = main(["partition", str(bad), "--strategy", "iid", *outs])
     err = capsys.readouterr().err
     assert code == 3
     assert "bad.jsonl" in err and "line 2" in err
@@ -209,7 +210,7 @@ def test_partition_fewshot_options_rejected_for_other_strategies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["partition", str(DATA / "all.jsonl"), "--strategy", "iid", "--clusters", "5",
-            "--out", f"a={tmp_path / 'a.jsonl'}"]
+            "--out", f"a={tmp_path / 'a.jsonl'}", "--out", f"b={tmp_path / 'b.jsonl'}"]
     assert main(args) == 2
     assert "--clusters applies only to --strategy fewshot-clusters" in capsys.readouterr().err
 

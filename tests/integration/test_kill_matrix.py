@@ -1,7 +1,8 @@
 """The kill matrix: SIGKILL a 2-round MLflow-tracked job at every step boundary, then resume.
 
 Each resumed run must end with the reference run's weights bit for bit, the same round
-reports, exactly one MLflow run and exactly one registered version.
+reports, exactly one MLflow run, exactly one logged model and one registered version, and the
+same MLflow metric rows (keys, steps, values; each once) read from the tracking store itself.
 """
 
 from __future__ import annotations
@@ -27,10 +28,20 @@ KILL_POINTS = [
     "stored:tenant-b/final-round-000002/eval.json",  # mid final evaluation
     "stored:summary/final-eval.json",
     "stored:artifacts/model/adapter/adapter_model.safetensors",  # mid export
+    "model-uploaded",  # the logged model's files are up, it is still pending, not registered
     "model-registered",
     "stored:summary/run-round-000002.json",  # finished, CLI summary not yet written
 ]
 PROVIDER = Path("provider") / "jobs" / "itest"
+# Rows whose values differ between two uninterrupted runs: wall time, and the size of an
+# update, whose metadata carries its step's wall time. They must be there once, all the same.
+TIMED = ("round_seconds", "bytes_received/")
+
+
+def metric_rows(db: sqlite3.Connection) -> list[tuple[str, int, float | None]]:
+    """Every metric row MLflow holds, sorted; a duplicate row shows as a repeated tuple."""
+    rows = db.execute("SELECT key, step, value FROM metrics").fetchall()
+    return sorted((k, s, None if k.startswith(TIMED) else v) for k, s, v in rows)
 
 
 def outcome(tmp_path: Path) -> dict[str, Any]:
@@ -40,6 +51,8 @@ def outcome(tmp_path: Path) -> dict[str, Any]:
     summary = json.loads((workdir / "runs" / "itest" / "summary.json").read_text())
     with sqlite3.connect(workdir / "mlflow.db") as db:
         statuses = [s for (s,) in db.execute("SELECT status FROM runs")]
+        metrics = metric_rows(db)
+        logged_models = db.execute("SELECT status FROM logged_models").fetchall()
     return {
         "state": (provider / "state" / "round-000002.safetensors").read_bytes(),
         "adapter": (provider / "artifacts" / "model" / "adapter" / "adapter_model.safetensors").read_bytes(),
@@ -48,6 +61,8 @@ def outcome(tmp_path: Path) -> dict[str, Any]:
         "versions": len(registered_versions(workdir)),
         "aliases": aliases(workdir),
         "mlflow_runs": statuses,
+        "metrics": metrics,
+        "logged_models": logged_models,
     }
 
 
@@ -76,3 +91,5 @@ def test_every_kill_resumes_to_the_same_result(
     assert got["final_eval"] == reference["final_eval"]
     assert got["versions"] == 1 and got["aliases"] == {"candidate": "1"}
     assert got["mlflow_runs"] == ["FINISHED"]
+    assert got["logged_models"] == reference["logged_models"] == [(2,)]  # one, READY
+    assert got["metrics"] == reference["metrics"], "MLflow's metric rows differ"

@@ -56,8 +56,8 @@ def _load(model_uri: str, tracking_uri: str | None, tmp: Path) -> tuple[Any, Any
 
         spec = parse_model_spec(model_uri)
         hf_dir = ModelRegistry.connect(tracking_uri).download_hf_dir(spec, tmp)
-        return load_exported(str(hf_dir))
-    return load_exported(model_uri)
+        return load_exported(str(hf_dir), named="MODEL")
+    return load_exported(model_uri, named="MODEL")
 
 
 def _memorization(args: argparse.Namespace) -> int:
@@ -68,7 +68,7 @@ def _memorization(args: argparse.Namespace) -> int:
     from fedtune.eval.audit import audit_model
 
     fmt = None if args.format == "auto" else args.format
-    records = read_numbered_examples(args.data, fmt)  # before the model: fail fast on bad data
+    records = read_numbered_examples(args.data, fmt, named="--data")  # before the model: fail fast on bad data
     with tempfile.TemporaryDirectory(prefix="fedtune-audit-") as tmp:
         model, tokenizer = _load(args.model, args.tracking_uri, Path(tmp))
         with Progress(

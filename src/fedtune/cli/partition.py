@@ -37,6 +37,12 @@ def _parse_outputs(pairs: list[str]) -> dict[str, str]:
         if tenant in uris:
             raise ConfigError(f"--out names tenant {tenant!r} twice", fix="Name each tenant once.")
         uris[tenant] = uri
+    if len(uris) < 2:
+        raise ConfigError(
+            f"--out names {len(uris)} tenant ({', '.join(uris)}); a partition splits INPUT over "
+            "at least two",
+            fix="Repeat --out once per tenant, e.g. --out tenant-a=a.jsonl --out tenant-b=b.jsonl.",
+        )
     return uris
 
 
@@ -74,7 +80,7 @@ def _partition(args: argparse.Namespace) -> int:
                 f"--strategy {FEWSHOT}, not {args.strategy}",
                 fix=f"Drop {', '.join(given)} or use --strategy {FEWSHOT}.",
             )
-    records = read_records(args.input)
+    records = read_records(args.input, named="INPUT")
     if args.strategy == FEWSHOT:
         parts = _fewshot(args, records, list(uris))
     else:
@@ -129,7 +135,7 @@ def register_partition(sub: Any) -> None:
         action="append",
         required=True,
         metavar="TENANT=URI",
-        help="where a tenant's file goes; repeat once per tenant",
+        help="where a tenant's file goes; repeat once per tenant (at least two)",
     )
     p.add_argument(
         "--field",

@@ -313,7 +313,7 @@ def numbered_examples(
     if not examples:
         raise DataError(
             f"dataset {name} holds no records",
-            fix="Point data_uri at a dataset file (JSON Lines, JSON, CSV, Parquet or a "
-            "save_to_disk folder) with at least one record.",
+            fix="Give a dataset file (JSON Lines, JSON, CSV, Parquet or a save_to_disk folder) "
+            "with at least one record.",
         )
     return examples

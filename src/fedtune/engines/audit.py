@@ -55,7 +55,7 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
     if env.exchange.exists(out_key):
         return {"scores": dict(env.exchange.get_json(out_key)), "skipped": True}
     fmt = None if env.tenant.data_format == "auto" else env.tenant.data_format
-    numbered = read_numbered_examples(env.tenant.data_uri, fmt, limits=job.limits)
+    numbered = read_numbered_examples(env.tenant.data_uri, fmt, limits=job.limits, named="data_uri")
     # The training split only: held-out records were never trained on.
     train, _ = split_indices(len(numbered), job.training.eval_fraction, job.seed, env.tenant.name)
     model, tokenizer = _audited_model(env)

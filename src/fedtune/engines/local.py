@@ -246,8 +246,12 @@ def _run_round(
     bar: Progress,
 ) -> None:
     store = env.store()
-    if retention.round_recorded(store, round_index):
-        return  # completed before a restart
+    if retention.round_recorded(store, round_index):  # completed before a restart
+        # A kill after the record was stored may have cut its metrics off: log them from
+        # the record (the tracker skips what the run already holds).
+        record = RoundRecord.from_json(store.get_json(layout.summary_key(round_index)))
+        tracker.log_metrics(record.metrics(), step=round_index)
+        return
     dp = env.job.differential_privacy is not None
     if dp:
         privacy_steps.check_budget(env, round_index)

@@ -99,7 +99,9 @@ class TenantEnv:
         """The tenant's examples, read from its own data URI and split (cached)."""
         if self._data is None:
             fmt = None if self.tenant.data_format == "auto" else self.tenant.data_format
-            examples = read_examples(self.tenant.data_uri, fmt, limits=self.job.limits)
+            examples = read_examples(
+                self.tenant.data_uri, fmt, limits=self.job.limits, named="data_uri"
+            )
             self._data = split_examples(
                 examples, self.job.training.eval_fraction, self.job.seed, self.tenant.name
             )

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from fedtune.config.job import JobConfig
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.engines.parent_death import die_with_parent, name_engine
 from fedtune.engines.tenant_tasks import TenantKind
 
 if TYPE_CHECKING:
@@ -190,8 +191,9 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (cores or 1) // workers)
 
 
-#: What the fork server imports once for every worker it forks (see the module docstring).
-_PRELOAD = ["torch", "fedtune.engines.steps"]
+#: What the fork server imports once for every worker it forks (see the module docstring);
+#: first the guard that ends it with the engine (:mod:`fedtune.engines.parent_death`).
+_PRELOAD = ["fedtune.engines.forkserver_guard", "torch", "fedtune.engines.steps"]
 
 
 def _start_context() -> Any:
@@ -199,6 +201,7 @@ def _start_context() -> Any:
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(_PRELOAD)
+        name_engine()  # the fork server it starts watches this process
         return context
     return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
 
@@ -228,6 +231,7 @@ def _worker_main(
     per_device: int = 1,
 ) -> None:
     """A worker's loop: build the tenants' envs once, then run tasks until told to stop."""
+    die_with_parent()  # a SIGKILLed engine runs no cleanup: the kernel ends us
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine handles Ctrl-C and stops us
     _pin_device(device, per_device)
     from fedtune.core.library_logs import quiet_libraries

@@ -20,6 +20,7 @@ from fedtune.core.errors import FedtuneError
 from fedtune.engines import layout, ranks, retention, steps
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
+from fedtune.storage.base import Store
 
 
 def _split(
@@ -50,7 +51,7 @@ def run(
     client_markers: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Aggregate round ``round_index`` and store its record; return the state marker."""
-    stored = stored_round(job, round_index)
+    stored = stored_round(job, round_index, log=True)
     if stored is not None:
         return stored
     env = steps.ProviderEnv.create(job)
@@ -60,14 +61,25 @@ def run(
     return record_round(env, round_index, configure, clients, aggregate)
 
 
-def stored_round(job: JobConfig, round_index: int) -> dict[str, Any] | None:
-    """The state marker of a round an earlier run completed, or None."""
+def stored_round(job: JobConfig, round_index: int, *, log: bool = False) -> dict[str, Any] | None:
+    """The state marker of a round an earlier run completed, or None.
+
+    With ``log``, its metrics are logged from its record too: the run that stored the
+    record may have been killed before it logged them (the tracker skips what the run holds).
+    """
     store = steps.ProviderEnv.create(job).store()
     summary_key = layout.summary_key(round_index)
     if retention.round_recorded(store, round_index):  # completed by an earlier run
         record = RoundRecord.from_json(store.get_json(summary_key))
+        if log:
+            _log_round(job, store, round_index, record)
         return {"round": round_index, "skipped": True, "metrics": record.metrics()}
     return None
+
+
+def _log_round(job: JobConfig, store: Store, round_index: int, record: RoundRecord) -> None:
+    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
+    common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
 
 
 def record_round(
@@ -88,8 +100,7 @@ def record_round(
     )
     store.put_json(layout.summary_key(round_index), record.to_json())
     retention.prune(env, round_index)  # the round is recorded: older states may go
-    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
-    common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
+    _log_round(job, store, round_index, record)
     return {
         "round": round_index,
         "accepted": record.accepted,

@@ -115,7 +115,7 @@ def aggregate_run(job: JobConfig, previous: dict[str, Any], markers: list[dict[s
     """Unmask and fold the round after the unmasking answers; store its record; return the
     state marker (that of :mod:`fedtune.entrypoints.aggregate`)."""
     round_index = int(previous["round"])
-    stored = aggregate.stored_round(job, round_index)
+    stored = aggregate.stored_round(job, round_index, log=True)
     if stored is not None:
         return stored
     env = steps.ProviderEnv.create(job)

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 ADAPTER_SUBDIR = "adapter"  # an export's LoRA adapter, applied on top of the base weights
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+JOB_FIELD = "model.uri"  # what names a model directory unless the caller says otherwise
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 
@@ -65,11 +66,14 @@ def load_pretrained(
     return _load_local(local, shown=path_or_uri, tokenizer=tokenizer, dtype=dtype)
 
 
-def load_exported(path_or_uri: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+def load_exported(
+    path_or_uri: str, *, named: str = JOB_FIELD
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a model directory as fedtune exports it: base weights, plus ``adapter/`` if present.
 
     Args:
         path_or_uri: A local path, ``file://`` URI or ``s3://`` URI of the directory.
+        named: What gave the directory, for the errors' fixes (a command's ``MODEL``).
 
     Raises:
         ModelError: As :func:`load_pretrained`, or the ``adapter/`` folder is incomplete.
@@ -77,15 +81,17 @@ def load_exported(path_or_uri: str) -> tuple[torch.nn.Module, PreTrainedTokenize
     if path_or_uri.startswith("s3://"):
         with tempfile.TemporaryDirectory(prefix="fedtune-model-") as tmp:
             _download_dir(path_or_uri, Path(tmp))
-            return _with_adapter(Path(tmp), shown=path_or_uri)
+            return _with_adapter(Path(tmp), shown=path_or_uri, named=named)
     local = local_model_path(path_or_uri).removeprefix("file://")
-    return _with_adapter(Path(local), shown=path_or_uri)
+    return _with_adapter(Path(local), shown=path_or_uri, named=named)
 
 
-def _with_adapter(path: Path, *, shown: str) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+def _with_adapter(
+    path: Path, *, shown: str, named: str
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     from fedtune.models.lora import load_adapter  # lora imports this module
 
-    model, tokenizer = _load_local(path, shown=shown, tokenizer=None, dtype=None)
+    model, tokenizer = _load_local(path, shown=shown, tokenizer=None, dtype=None, named=named)
     if (path / ADAPTER_SUBDIR).is_dir():
         return load_adapter(model, path / ADAPTER_SUBDIR), tokenizer
     return model, tokenizer
@@ -142,20 +148,20 @@ def _describe_contents(path: Path) -> str:
     return ", ".join(names) if names else "nothing"
 
 
-def check_model_dir(path: Path, *, shown: str | None = None) -> None:
-    """Raise ModelError unless ``path`` holds ``config.json`` and safetensors weights."""
+def check_model_dir(path: Path, *, shown: str | None = None, named: str = JOB_FIELD) -> None:
+    """Raise ModelError unless ``path`` holds ``config.json`` and safetensors weights.
+
+    ``named`` is what gave the directory (the job's ``model.uri``, a command's ``MODEL``).
+    """
     shown = shown or str(path)
+    fix = f"Point {named} at a folder written by save_pretrained (config.json + weights)."
     if not path.is_dir():
         raise ModelError(
-            f"model directory {shown!r} does not exist or is not a directory",
-            fix="Point model.uri at a folder written by save_pretrained (config.json + weights).",
+            f"model directory {shown!r} does not exist or is not a directory", fix=fix
         )
     found = _describe_contents(path)
     if not (path / CONFIG_FILE).is_file():
-        raise ModelError(
-            f"model directory {shown!r} has no {CONFIG_FILE} (found: {found})",
-            fix="Point model.uri at a folder written by save_pretrained (config.json + weights).",
-        )
+        raise ModelError(f"model directory {shown!r} has no {CONFIG_FILE} (found: {found})", fix=fix)
     if not any((path / name).is_file() for name in SAFE_WEIGHTS):
         pickled = [name for name in PICKLE_WEIGHTS if (path / name).is_file()]
         if pickled:
@@ -172,13 +178,19 @@ def check_model_dir(path: Path, *, shown: str | None = None) -> None:
 
 
 def _load_local(
-    path: Path, *, shown: str, tokenizer: str | None, dtype: torch.dtype | None
+    path: Path,
+    *,
+    shown: str,
+    tokenizer: str | None,
+    dtype: torch.dtype | None,
+    named: str = JOB_FIELD,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    check_model_dir(path, shown=shown)
+    check_model_dir(path, shown=shown, named=named)
     if tokenizer is None and not any((path / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelError(
             f"model directory {shown!r} has no tokenizer files (found: {_describe_contents(path)})",
-            fix="Save the tokenizer into the directory, or set the job's tokenizer explicitly.",
+            fix="Save the tokenizer into the directory (tokenizer.save_pretrained)"
+            + (", or set the job's tokenizer explicitly." if named == JOB_FIELD else "."),
         )
     # Without dtype, transformers 5 keeps the checkpoint's dtype.
     extra = {"dtype": dtype} if dtype is not None else {}

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedtune.core import killpoints
 from fedtune.core.errors import ConfigError, ModelError, StoreError, StoreUnavailable
 from fedtune.tracking.base import ModelRef
 from fedtune.tracking.mlflow_env import RETRIES_ENV, TIMEOUT_ENV
@@ -176,9 +177,13 @@ def log_hf_model(
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model
 
-    logged = client.create_logged_model(
-        experiment_id=experiment_id, name=name, source_run_id=run_id, tags=tags
-    )
+    logged = unregistered_logged_model(client, experiment_id, run_id, name)
+    if logged is None:
+        logged = client.create_logged_model(
+            experiment_id=experiment_id, name=name, source_run_id=run_id, tags=tags
+        )
+    elif tags:
+        client.set_logged_model_tags(logged.model_id, tags)
     with tempfile.TemporaryDirectory(prefix="fedtune-mlmodel-") as tmp:
         local = Path(tmp) / "model"
         with warnings.catch_warnings():
@@ -197,8 +202,11 @@ def log_hf_model(
                 ),
             )
         client.log_model_artifacts(logged.model_id, str(local))
+    killpoints.reached("model-uploaded")  # still pending: the kill the resume must not orphan
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+    outputs = client.get_run(run_id).outputs
+    if logged.model_id not in {o.model_id for o in (outputs.model_outputs if outputs else [])}:
+        client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
     version = _register(client, registered_name, logged, run_id, tags, alias, version_tags or {})
     logger.info("registered %s version %d (alias %s)", registered_name, version, alias)
     return ModelRef(
@@ -207,6 +215,31 @@ def log_hf_model(
         version=version,
         alias=alias,
     )
+
+
+def unregistered_logged_model(
+    client: MlflowClient, experiment_id: str, run_id: str, name: str
+) -> Any | None:
+    """The logged model ``name`` of ``run_id`` that no registered version points to, if any.
+
+    A run killed between logging its model and registering it left one (pending or ready);
+    the resumed run logs into it again rather than leave it orphaned beside a second one.
+    Versions are matched by source (the logged model's artifact location): the SQL
+    registry does not keep a version's ``model_id``.
+    """
+    logged = client.search_logged_models(
+        [experiment_id],
+        filter_string=f"source_run_id = '{run_id}' AND name = '{name}'",
+        order_by=[{"field_name": "creation_timestamp", "ascending": True}],
+    )
+    if not logged:
+        return None
+    sources = {str(v.source) for v in client.search_model_versions(f"run_id = '{run_id}'")}
+    orphans = [m for m in logged if str(m.artifact_location) not in sources]
+    if not orphans:
+        return None
+    logger.info("reusing logged model %s of run %s, which no version points to", orphans[0].model_id, run_id)
+    return orphans[0]
 
 
 def find_registered(

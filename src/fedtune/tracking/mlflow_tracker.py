@@ -96,6 +96,7 @@ class MlflowTracker:
         self._client_obj: MlflowClient | None = None
         self._run_id: str | None = None
         self._experiment_id: str | None = None
+        self._logged: set[tuple[str, int]] = set()  # (metric key, step) the run already holds
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -182,11 +183,17 @@ class MlflowTracker:
             if run_id is None:
                 run = client.create_run(self._experiment_id, run_name=run_name, tags=safe_tags)
                 self._run_id = run.info.run_id
+                self._logged = set()
             else:
                 run = self._existing_run(run_id)
                 client.update_run(run_id, status="RUNNING")
                 client.log_batch(run_id, tags=[RunTag(k, v) for k, v in safe_tags.items()])
                 self._run_id = run_id
+                self._logged = {
+                    (key, int(m.step))
+                    for key in run.data.metrics
+                    for m in client.get_metric_history(run_id, key)
+                }
         self.log_params(params)
         logger.info("MLflow run %s in experiment %r", self._run_id, self.experiment)
         return self._run_id
@@ -234,7 +241,12 @@ class MlflowTracker:
                 client.log_batch(run_id, params=todo[i : i + _BATCH])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Log metric values at ``step``; non-finite values are logged as MLflow stores them."""
+        """Log metric values at ``step``; non-finite values are logged as MLflow stores them.
+
+        Idempotent per (key, step), MLflow's own identity of a metric point: what the run
+        already holds at ``step`` (logged before a kill, then again on resume) is not logged
+        twice, so a resumed run's history equals an uninterrupted one's.
+        """
         from mlflow.entities import Metric
 
         run_id = self._require_run()
@@ -242,7 +254,7 @@ class MlflowTracker:
         batch = [
             Metric(key, float(value), now, int(step))
             for key, value in metrics.items()
-            if not is_secret_key(key) and len(key) <= _MAX_KEY
+            if not is_secret_key(key) and len(key) <= _MAX_KEY and (key, int(step)) not in self._logged
         ]
         nonfinite = [m.key for m in batch if not math.isfinite(m.value)]
         if nonfinite:
@@ -250,6 +262,7 @@ class MlflowTracker:
         with self._mlflow_errors("log metrics"):
             for i in range(0, len(batch), 1000):
                 self._client().log_batch(run_id, metrics=batch[i : i + 1000])
+                self._logged.update((m.key, m.step) for m in batch[i : i + 1000])
 
     def log_dict(self, obj: dict[str, Any], artifact_file: str) -> None:
         """Store ``obj`` (secret-looking keys removed) as JSON or YAML by file extension."""

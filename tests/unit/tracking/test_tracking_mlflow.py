@@ -307,3 +307,40 @@ def test_log_model_is_idempotent_per_run_and_contents(
     tracker.end("FINISHED")
     assert int(client.get_model_version_by_alias("idem", "candidate").version) == 2
     assert client.get_model_version("idem", "1").run_id == run_id
+
+
+def test_a_resumed_run_logs_no_metric_point_twice(
+    store_uri: str, tracker: MlflowTracker, client: MlflowClient
+) -> None:
+    """(key, step) is a point's identity: logged before a kill and again on resume, it is
+    one row; new keys and steps are logged as usual."""
+    run_id = tracker.start("metrics", {}, {})
+    tracker.log_metrics({"loss": 3.0, "acc": 0.5}, step=1)
+    tracker.log_metrics({"loss": 3.0}, step=1)  # the same process repeating itself
+    tracker.end("FAILED")
+    again = MlflowTracker(store_uri, experiment=tracker.experiment)
+    again.start("metrics", {}, {}, run_id=run_id)
+    again.log_metrics({"loss": 3.0, "acc": 0.5, "final/acc": 0.7}, step=1)  # a resumed round
+    again.log_metrics({"loss": 2.0}, step=2)
+    again.end("FINISHED")
+    history = {
+        key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        for key in ("loss", "acc", "final/acc")
+    }
+    assert history == {"loss": [(1, 3.0), (2, 2.0)], "acc": [(1, 0.5)], "final/acc": [(1, 0.7)]}
+
+
+def test_a_logged_model_left_by_a_kill_is_reused_not_orphaned(
+    tracker: MlflowTracker, client: MlflowClient, tiny_hf_dir: Path
+) -> None:
+    run_id = tracker.start("export", {}, {})
+    experiment = client.get_run(run_id).info.experiment_id
+    # What a kill while uploading leaves: a pending logged model of the run, no version.
+    left = client.create_logged_model(experiment_id=experiment, name="model", source_run_id=run_id)
+    ref = tracker.log_model(tiny_hf_dir, "model", "reused", "candidate", {})
+    tracker.end("FINISHED")
+    logged = client.search_logged_models([experiment], filter_string=f"source_run_id = '{run_id}'")
+    assert [(m.model_id, m.status.value) for m in logged] == [(left.model_id, "READY")]
+    version = client.get_model_version("reused", str(ref.version))
+    assert version.source == left.artifact_location
+    assert [o.model_id for o in client.get_run(run_id).outputs.model_outputs] == [left.model_id]
