@@ -17,6 +17,7 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig, TrainingConfig
+from fedtune.core.cpu import apply_threads, threads_for
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines import (
@@ -47,15 +48,20 @@ from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)
 
+Events = Callable[[dict[str, Any]], None]
+"""Receives one event per tenant step and per round as it happens (see :func:`step_event`)."""
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run: resume or start fresh, stop early, show progress."""
+    """How to run: resume or start fresh, stop early, show progress, report events."""
 
     resume: bool = False
     fresh: bool = False
     until_round: int | None = None  # stop after this round (chained runs, tests)
     progress: bool = True
     workers: int | str = 1  # tenant steps at once in spawned processes ("auto": one per core)
+    events: Events | None = None  # e.g. the CLI's line log when stdout is not a terminal
 
 
 def discard_stored_run(env: steps.ProviderEnv) -> None:
@@ -151,6 +157,9 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     if not discard and env.store().exists(finished_key):
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
         return dict(env.store().get_json(finished_key))
+    # This process's steps (the provider's, and the tenants' without workers) use the CPUs
+    # it may use, not the host's cores; workers take their share (WorkerPool).
+    apply_threads(threads_for(job.engine.step_threads))
     tenants = steps.TenantEnvs(job)
     warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
     pool_plan(job, options.workers)  # as are the workers and their devices
@@ -194,17 +203,18 @@ def _run_rounds(
         ranks.provider_step(env, "init")
         run_info = log_initial_state(env, tracker)
         summary_extra: dict[str, Any] = {}
+        emit = options.events or _ignore
         with _progress(options.progress) as bar:
             if options.progress and isinstance(runner, InProcessRunner):
                 runner.tenants.show_progress(rich_progress(bar))
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
                 stopping.check(f"before round {round_index} of {job.rounds}")
-                _run_round(env, runner, round_index, tracker, bar)
+                _run_round(env, runner, round_index, tracker, bar, emit)
                 bar.advance(rounds_task)
             if last == job.rounds:
                 stopping.check("before the final evaluation and export")
-                summary_extra = _finish(env, runner, tracker, bar)
+                summary_extra = _finish(env, runner, tracker, bar, emit)
         tracker.end("FINISHED")
     except BaseException as exc:
         tracker.end("KILLED" if isinstance(exc, StopRequested | KeyboardInterrupt) else "FAILED")
@@ -243,6 +253,7 @@ def _run_round(
     round_index: int,
     tracker: Tracker,
     bar: Progress,
+    emit: Events,
 ) -> None:
     store = env.store()
     if retention.round_recorded(store, round_index):
@@ -260,6 +271,7 @@ def _run_round(
     def done(outcome: Outcome) -> None:
         bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
+        emit(step_event(outcome, env.job.rounds))
         stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     if env.job.secure_aggregation.enabled:
@@ -277,6 +289,28 @@ def _run_round(
     store.put_json(layout.summary_key(round_index), record.to_json())
     retention.prune(env, round_index)  # the round is recorded: older states may go
     tracker.log_metrics(record.metrics(), step=round_index)
+    emit({
+        "event": "round", "round": round_index, "rounds": env.job.rounds,
+        "sampled": len(sampled), "accepted": len(record.accepted), "rejected": record.rejected,
+        "train_loss": record.train_loss, "eval_loss": record.eval_loss,
+        "seconds": record.wall_time["total"],
+    })
+
+
+def step_event(outcome: Outcome, rounds: int) -> dict[str, Any]:
+    """The event of a finished tenant step: which, of whom, whether it produced a result."""
+    seconds = (outcome.result or {}).get("seconds")
+    return {
+        "event": "tenant_step", "round": outcome.task.round_index, "rounds": rounds,
+        "kind": outcome.task.kind, "tenant": outcome.task.tenant,
+        "ok": outcome.result is not None,
+        "seconds": seconds if isinstance(seconds, int | float) else None,
+        **({"failure": outcome.failure} if outcome.failure else {}),
+    }
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    return None
 
 
 def _finish(
@@ -284,11 +318,12 @@ def _finish(
     runner: InProcessRunner | WorkerPool,
     tracker: Tracker,
     bar: Progress,
+    emit: Events,
 ) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export, log and register it, then audit it."""
     names = [t.name for t in env.job.tenants]
     steps.final_broadcast_step(env)
-    evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
+    evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar, emit)
     # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
     final_eval = {n: check_eval_metrics(n, evaluated[n]["metrics"]) for n in names}
     env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
@@ -296,7 +331,7 @@ def _finish(
     out: dict[str, Any] = {"artifacts": artifacts, "final_eval": final_eval}
     audited = env.job.audited_tenants
     if audited:
-        _final_tenant_steps(runner, "audit", env.job.rounds, audited, bar)
+        _final_tenant_steps(runner, "audit", env.job.rounds, audited, bar, emit)
         out["audit"] = record_audit(env, tracker, artifacts)
     return out
 
@@ -307,10 +342,16 @@ def _final_tenant_steps(
     rounds: int,
     names: list[str],
     bar: Progress,
+    emit: Events,
 ) -> dict[str, dict[str, Any]]:
     """Run an after-training tenant step for ``names``; every one must succeed."""
     task = bar.add_task(kind, total=len(names))
-    outcomes = runner.run([Task(kind, rounds, n) for n in names], lambda _: bar.advance(task))
+
+    def done(outcome: Outcome) -> None:
+        bar.advance(task)
+        emit(step_event(outcome, rounds))
+
+    outcomes = runner.run([Task(kind, rounds, n) for n in names], done)
     bar.remove_task(task)
     failures = {n: o.failure for n, o in outcomes.items() if o.result is None}
     if failures:
