@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     from fedtune.cli import run_log
-    from fedtune.core.cpu import THREADS_ENV
+    from fedtune.core.cpu import THREADS_ENV, apply_threads, threads_for
     from fedtune.engines.workers import prestart
 
     job = load_job(args.job)
@@ -84,6 +84,9 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.preflight import check_summary_path, check_workdir
     from fedtune.engines.stopping import graceful_stop
 
+    # This process's steps (the provider's, and the tenants' without workers) use the CPUs
+    # it may use, not the host's cores; workers take their share (WorkerPool).
+    apply_threads(threads_for(job.engine.step_threads))
     check_workdir(job)
     path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     check_summary_path(path)
@@ -117,9 +120,13 @@ def _run(args: argparse.Namespace) -> int:
     tmp.replace(path)
     partial = None if summary.get("completed", True) else run_log.continue_command(args)
     if args.log_format == "json":
-        run_log.LineLog("json")({"event": "summary", "path": str(path),
-                                 "completed": partial is None,
-                                 **({"continue": partial} if partial else {})})
+        run_log.LineLog("json")({
+            "event": "summary", "path": str(path), "completed": partial is None,
+            "rounds_done": len(summary["rounds"]), "rounds": job.rounds,
+            "artifacts": {n: a["uri"] for n, a in summary.get("artifacts", {}).items()},
+            "mlflow_run_id": summary.get("mlflow_run_id"),
+            **({"continue": partial} if partial else {}),
+        })
         return 0
     _print_summary(summary, path, console)
     if partial:

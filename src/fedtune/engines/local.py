@@ -17,7 +17,6 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedtune.config.job import JobConfig, TrainingConfig
-from fedtune.core.cpu import apply_threads, threads_for
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.core.update_meta import check_eval_metrics
 from fedtune.engines import (
@@ -157,9 +156,6 @@ def run_job(job: JobConfig, tracker: Tracker, options: RunOptions = RunOptions()
     if not discard and env.store().exists(finished_key):
         log.warning("job %r already finished its %d rounds; nothing to do", job.name, job.rounds)
         return dict(env.store().get_json(finished_key))
-    # This process's steps (the provider's, and the tenants' without workers) use the CPUs
-    # it may use, not the host's cores; workers take their share (WorkerPool).
-    apply_threads(threads_for(job.engine.step_threads))
     tenants = steps.TenantEnvs(job)
     warnings = run_checks(job, tenants=tenants)  # nothing of the run is stored before they pass
     pool_plan(job, options.workers)  # as are the workers and their devices
