@@ -221,7 +221,11 @@ def register_run(sub: Any) -> None:
     group.add_argument("--resume", action="store_true", help="continue a stored run")
     group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
     p.add_argument(
-        "--until-round", type=positive_int, metavar="N", help="stop after round N (resume later)"
+        "--until-round",
+        type=positive_int,
+        metavar="N",
+        help="stop after round N: a partial run, without the final evaluation and export; "
+        "it prints the command that continues it",
     )
     p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     p.add_argument(
