@@ -150,3 +150,32 @@ def test_fedtune_lets_idle_openmp_threads_sleep_unless_told_otherwise() -> None:
     code = "import os, fedtune; print(os.environ['OMP_WAIT_POLICY'])"
     assert _child(code) == "PASSIVE"
     assert _child(code, {"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
+
+
+def test_a_worker_pool_gives_each_worker_its_share_of_the_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedtune.config import parse_job
+    from fedtune.engines.workers import WorkerPool
+    from tests.integration.conftest import tiny_job_dict
+
+    _no_thread_env(monkeypatch)
+    root, proc = _cgroup_v2(tmp_path / "cg", {".": "400000 100000"})
+    monkeypatch.setattr(cpu, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cpu, "PROC_CGROUP", proc)
+    monkeypatch.setattr(cpu, "affinity_cpus", lambda: 64)
+    job = parse_job(tiny_job_dict(tmp_path / "work"))
+    assert WorkerPool(job, 2).threads == 2  # created, not started
+    pinned = parse_job(tiny_job_dict(tmp_path / "work", engine={"step_threads": 3}))
+    assert WorkerPool(pinned, 2).threads == 3
+
+
+def test_a_launched_tenant_pod_gets_the_jobs_step_threads() -> None:
+    from fedtune.config import parse_job
+    from tests.kfp.conftest import cluster_job_dict
+    from tests.kfp.test_launcher_manifest import env_of, manifest
+
+    assert cpu.THREADS_ENV not in env_of(manifest())  # the pod's CPU limit decides
+    raw = cluster_job_dict()
+    raw["engine"] = {"step_threads": 2}
+    assert env_of(manifest(job=parse_job(raw)))[cpu.THREADS_ENV] == "2"
