@@ -2,6 +2,11 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from fedtune.core.cpu import prefer_passive_wait
+
+# Before anything imports torch (and its OpenMP runtime, which reads this once).
+prefer_passive_wait()
+
 try:
     __version__ = version("fedtune")
 except PackageNotFoundError:  # running from a source tree that is not installed

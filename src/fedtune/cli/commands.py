@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,9 +73,20 @@ def register_validate(sub: Any) -> None:
 
 # -- run ------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from fedtune.cli import run_log
+    from fedtune.core.cpu import THREADS_ENV, apply_threads, threads_for
     from fedtune.engines.workers import prestart
 
     job = load_job(args.job, args.overrides)
+    if args.threads is not None:  # every step's threads: this process, workers, subprocesses
+        job = job.model_copy(
+            update={"engine": job.engine.model_copy(update={"step_threads": args.threads})}
+        )
+        os.environ[THREADS_ENV] = str(args.threads)
+    if args.log_format == "json":
+        run_log.use_json_logs()
     resolve_device(job.training)  # before workers start or anything is stored
     if (args.engine or job.engine.name) == "local":
         # Worker processes start before this one imports the engine: their start-up overlaps.
@@ -85,16 +95,24 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.engines.preflight import check_summary_path, check_workdir
     from fedtune.engines.stopping import graceful_stop
 
+    # This process's steps (the provider's, and the tenants' without workers) use the CPUs
+    # it may use, not the host's cores; workers take their share (WorkerPool).
+    apply_threads(threads_for(job.engine.step_threads))
     check_workdir(job)
     path = Path(args.summary_json) if args.summary_json else default_summary_path(job)
     check_summary_path(path)
     engine = args.engine or job.engine.name
+    console = run_log.summary_console()
+    # Bars on a terminal; elsewhere (a pipe, a pod's log) one flushed line per event.
+    bars = not args.no_progress and console.is_terminal and args.log_format == "text"
+    events = None if bars else run_log.LineLog(args.log_format)
     options = RunOptions(
         resume=args.resume,
         fresh=args.fresh,
         until_round=args.until_round,
-        progress=not args.no_progress,
+        progress=bars,
         workers=args.workers if args.workers is not None else job.engine.workers,
+        events=events,
     )
     if engine == "kfp-local":
         from fedtune.cli.kfp_commands import run_kfp_local
@@ -105,16 +123,32 @@ def _run(args: argparse.Namespace) -> int:
             with graceful_stop():  # the local engine stops at its next safe point
                 summary = run_job(job, make_tracker(job), options)
         except StopRequested as exc:
-            sets = "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
             exc.fix = (
-                f"Run `fedtune run {args.job}{sets} --resume` to continue; finished steps are kept."
+                f"Run `{run_log.continue_command(args)}` to continue; finished steps are kept."
             )
             raise
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(path)
-    _print_summary(summary, path)
+    partial = None if summary.get("completed", True) else run_log.continue_command(args)
+    if args.log_format == "json":
+        run_log.LineLog("json")({
+            "event": "summary", "path": str(path), "completed": partial is None,
+            "rounds_done": len(summary["rounds"]), "rounds": job.rounds,
+            "artifacts": {n: a["uri"] for n, a in summary.get("artifacts", {}).items()},
+            "mlflow_run_id": summary.get("mlflow_run_id"),
+            **({"continue": partial} if partial else {}),
+        })
+        return 0
+    _print_summary(summary, path, console)
+    if partial:
+        done = len(summary["rounds"])
+        console.print(
+            f"[yellow]partial run:[/] {done} of {job.rounds} rounds done (--until-round); "
+            "the final evaluation, export and registration have not run. Continue with:",
+        )
+        console.print(escape(partial), soft_wrap=True)
     return 0
 
 
@@ -138,7 +172,7 @@ def _bytes_cell(tenants: dict[str, dict[str, Any]]) -> str:
     return escape("\n".join(lines))
 
 
-def _print_summary(summary: dict[str, Any], path: Path) -> None:
+def _print_summary(summary: dict[str, Any], path: Path, out: Console = out) -> None:
     table = Table(title=f"{summary['job']} ({summary['algorithm']})")
     for column in ("round", "tenants", "train loss", "eval loss", "bytes out/in", "seconds"):
         table.add_column(column, justify="right", no_wrap=column == "bytes out/in")
@@ -201,31 +235,67 @@ def register_run(sub: Any) -> None:
     group.add_argument("--resume", action="store_true", help="continue a stored run")
     group.add_argument("--fresh", action="store_true", help="discard a stored run and start over")
     p.add_argument(
-        "--until-round", type=positive_int, metavar="N", help="stop after round N (resume later)"
+        "--until-round",
+        type=positive_int,
+        metavar="N",
+        help="stop after round N: a partial run, without the final evaluation and export; "
+        "it prints the command that continues it",
     )
     p.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars: one line per tenant step and per round instead (what a run "
+        "whose output is not a terminal writes anyway)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text (bars on a terminal, else one line per event) or json: one JSON object "
+        "per line on stdout, log records as JSON on stderr, for log collectors",
+    )
     p.add_argument(
         "--workers",
         type=_workers,
         metavar="N|auto",
         help="local engine: run the sampled tenants' steps in N worker processes at once "
-        "(auto: one per core, capped by memory); results are bitwise equal to N=1 "
-        "(default: the job's engine.workers, else 1)",
+        "(auto: one per usable CPU, capped by memory), each with its share of the CPUs; "
+        "results are bitwise equal to N=1 only with a fixed thread count (--threads or "
+        "engine.step_threads), since float sums over different thread counts differ in the "
+        "last bits (default: the job's engine.workers, else 1)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        metavar="N",
+        help="torch threads of every step, overriding engine.step_threads (default: the "
+        "CPUs this process may use, from its cgroup CPU quota and affinity mask, shared "
+        "among the workers; $OMP_NUM_THREADS if set)",
     )
     p.set_defaults(handler=_run)
 
 
-def _workers(text: str) -> int | str:
-    if text == "auto":
-        return text
+def _count(text: str, what: str, most: int, auto: bool = False) -> int:
+    """``text`` as a number of ``what`` from 1 to ``most`` (argparse reports the error)."""
+    alternative = ", or auto" if auto else ""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor auto") from None
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"{value} workers: use 1 to 256, or auto")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of {what}{alternative}"
+        ) from None
+    if not 1 <= value <= most:
+        raise argparse.ArgumentTypeError(f"{value} {what}: use 1 to {most}{alternative}")
     return value
+
+
+def _workers(text: str) -> int | str:
+    return text if text == "auto" else _count(text, "workers", 256, auto=True)
+
+
+def _threads(text: str) -> int:
+    return _count(text, "threads", 1024)
 
 
 # -- algorithms -----------------------------------------------------------------------------

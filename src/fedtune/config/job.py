@@ -351,17 +351,20 @@ class EngineConfig(StrictModel):
     workers: int | Literal["auto"] = Field(
         1,
         description="Local engine: processes that run the sampled tenants' steps at once (1 = "
-        "in this process, one after another; auto = one per core, capped by memory). Results "
-        "are bitwise equal whatever the number when step_threads is set.",
+        "in this process, one after another; auto = one per usable CPU, capped by memory). "
+        "Each worker gets its share of the CPUs. Results are bitwise equal whatever the "
+        "number only when step_threads is set: otherwise the steps' thread counts differ.",
     )
     step_threads: int | None = Field(
         None,
         ge=1,
         le=1024,
-        description="Local engine: torch threads of every tenant step, in this process or a "
-        "worker. Set it (e.g. 1) for runs that are bitwise equal whatever the number of workers "
-        "and cores: float reductions split over threads round differently. Default: torch's "
-        "choice in this process, cores / workers in a worker.",
+        description="Torch threads of every step: the local engine's, its workers', and the "
+        "pods' of a pipeline run (`fedtune run --threads` overrides it). Set it (e.g. 1) for "
+        "runs that are bitwise equal whatever the number of workers and CPUs: float "
+        "reductions split over threads round differently. Default: $FEDTUNE_THREADS or "
+        "$OMP_NUM_THREADS if set, else the CPUs the process may use (its cgroup CPU quota "
+        "and affinity mask, not the host's cores), shared among the workers.",
     )
 
     worker_devices: Literal["auto", "cpu"] | list[int] = Field(

@@ -24,6 +24,7 @@ from typing import Any
 from fedtune.config.base import check_dns1123_label
 from fedtune.config.job import JobConfig, TenantConfig
 from fedtune.config.tenant_view import tenant_view
+from fedtune.core.cpu import THREADS_ENV
 from fedtune.core.errors import (
     ConfigError,
     FedtuneError,
@@ -394,6 +395,8 @@ def build_job_manifest(
         *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
+    if job.engine.step_threads:  # else the pod's threads follow its CPU limit
+        env.append({"name": THREADS_ENV, "value": str(job.engine.step_threads)})
     if deployment.bucket_endpoint:
         env.append({"name": "FEDTUNE_S3_ENDPOINT_URL", "value": deployment.bucket_endpoint})
     # The tenant's own bucket credentials, from a Secret the provider never reads.

@@ -47,15 +47,20 @@ from fedtune.training.progress import rich_progress
 
 log = logging.getLogger(__name__)
 
+Events = Callable[[dict[str, Any]], None]
+"""Receives one event per tenant step and per round as it happens (see :func:`step_event`)."""
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run: resume or start fresh, stop early, show progress."""
+    """How to run: resume or start fresh, stop early, show progress, report events."""
 
     resume: bool = False
     fresh: bool = False
     until_round: int | None = None  # stop after this round (chained runs, tests)
     progress: bool = True
     workers: int | str = 1  # tenant steps at once in spawned processes ("auto": one per core)
+    events: Events | None = None  # e.g. the CLI's line log when stdout is not a terminal
 
 
 def discard_stored_run(env: steps.ProviderEnv) -> None:
@@ -195,17 +200,18 @@ def _run_rounds(
         ranks.provider_step(env, "init")
         run_info = log_initial_state(env, tracker)
         summary_extra: dict[str, Any] = {}
+        emit = options.events or _ignore
         with _progress(options.progress) as bar:
             if options.progress and isinstance(runner, InProcessRunner):
                 runner.tenants.show_progress(rich_progress(bar))
             rounds_task = bar.add_task("rounds", total=last)
             for round_index in range(1, last + 1):
                 stopping.check(f"before round {round_index} of {job.rounds}")
-                _run_round(env, runner, round_index, tracker, bar)
+                _run_round(env, runner, round_index, tracker, bar, emit)
                 bar.advance(rounds_task)
             if last == job.rounds:
                 stopping.check("before the final evaluation and export")
-                summary_extra = _finish(env, runner, tracker, bar)
+                summary_extra = _finish(env, runner, tracker, bar, emit)
         tracker.end("FINISHED")
     except BaseException as exc:
         tracker.end("KILLED" if isinstance(exc, StopRequested | KeyboardInterrupt) else "FAILED")
@@ -244,6 +250,7 @@ def _run_round(
     round_index: int,
     tracker: Tracker,
     bar: Progress,
+    emit: Events,
 ) -> None:
     store = env.store()
     if retention.round_recorded(store, round_index):  # completed before a restart
@@ -265,6 +272,7 @@ def _run_round(
     def done(outcome: Outcome) -> None:
         bar.update(task, description=f"round {round_index}: {outcome.task.tenant} done")
         bar.advance(task)
+        emit(step_event(outcome, env.job.rounds))
         stopping.check(f"in round {round_index}, after tenant {outcome.task.tenant}'s step")
 
     if env.job.secure_aggregation.enabled:
@@ -282,6 +290,28 @@ def _run_round(
     store.put_json(layout.summary_key(round_index), record.to_json())
     retention.prune(env, round_index)  # the round is recorded: older states may go
     tracker.log_metrics(record.metrics(), step=round_index)
+    emit({
+        "event": "round", "round": round_index, "rounds": env.job.rounds,
+        "sampled": len(sampled), "accepted": len(record.accepted), "rejected": record.rejected,
+        "train_loss": record.train_loss, "eval_loss": record.eval_loss,
+        "seconds": record.wall_time["total"],
+    })
+
+
+def step_event(outcome: Outcome, rounds: int) -> dict[str, Any]:
+    """The event of a finished tenant step: which, of whom, whether it produced a result."""
+    seconds = (outcome.result or {}).get("seconds")
+    return {
+        "event": "tenant_step", "round": outcome.task.round_index, "rounds": rounds,
+        "kind": outcome.task.kind, "tenant": outcome.task.tenant,
+        "ok": outcome.result is not None,
+        "seconds": seconds if isinstance(seconds, int | float) else None,
+        **({"failure": outcome.failure} if outcome.failure else {}),
+    }
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    return None
 
 
 def _finish(
@@ -289,11 +319,12 @@ def _finish(
     runner: InProcessRunner | WorkerPool,
     tracker: Tracker,
     bar: Progress,
+    emit: Events,
 ) -> dict[str, Any]:
     """Evaluate the final model on every tenant, export, log and register it, then audit it."""
     names = [t.name for t in env.job.tenants]
     steps.final_broadcast_step(env)
-    evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar)
+    evaluated = _final_tenant_steps(runner, "evaluate", env.job.rounds, names, bar, emit)
     # Numbers under declared keys only: a tenant's evaluation goes into MLflow and the summary.
     final_eval = {n: check_eval_metrics(n, evaluated[n]["metrics"]) for n in names}
     env.store().put_json(layout.FINAL_EVAL_KEY, final_eval)
@@ -301,7 +332,7 @@ def _finish(
     out: dict[str, Any] = {"artifacts": artifacts, "final_eval": final_eval}
     audited = env.job.audited_tenants
     if audited:
-        _final_tenant_steps(runner, "audit", env.job.rounds, audited, bar)
+        _final_tenant_steps(runner, "audit", env.job.rounds, audited, bar, emit)
         out["audit"] = record_audit(env, tracker, artifacts)
     return out
 
@@ -312,10 +343,16 @@ def _final_tenant_steps(
     rounds: int,
     names: list[str],
     bar: Progress,
+    emit: Events,
 ) -> dict[str, dict[str, Any]]:
     """Run an after-training tenant step for ``names``; every one must succeed."""
     task = bar.add_task(kind, total=len(names))
-    outcomes = runner.run([Task(kind, rounds, n) for n in names], lambda _: bar.advance(task))
+
+    def done(outcome: Outcome) -> None:
+        bar.advance(task)
+        emit(step_event(outcome, rounds))
+
+    outcomes = runner.run([Task(kind, rounds, n) for n in names], done)
     bar.remove_task(task)
     failures = {n: o.failure for n, o in outcomes.items() if o.result is None}
     if failures:

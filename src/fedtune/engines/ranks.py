@@ -169,8 +169,10 @@ def _rank(fn: Callable[..., Any], args: tuple[Any, ...], scratch: str, level: in
         dist.init_process_group("nccl")
     else:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        # The ranks share the machine's cores rather than each taking all of them.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+        from fedtune.core.cpu import threads_for
+
+        # The ranks share the CPUs the step may use rather than each taking all of them.
+        torch.set_num_threads(max(1, threads_for() // size))
         dist.init_process_group("gloo")
     try:
         killpoints.reached(f"rank:{rank}")

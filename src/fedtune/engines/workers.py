@@ -44,6 +44,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from fedtune.config.job import JobConfig
+from fedtune.core.cpu import threads_for, usable_cpus
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines.parent_death import die_with_parent, name_engine
@@ -87,13 +88,14 @@ class Outcome:
 
 
 def resolve_workers(requested: int | str) -> int:
-    """The number of workers: ``auto`` = one per core, capped by available memory.
+    """The number of workers: ``auto`` = one per usable CPU (quota and affinity, see
+    :mod:`fedtune.core.cpu`), capped by available memory.
 
     Raises:
         ConfigError: ``requested`` is neither ``auto`` nor a positive integer.
     """
     if requested == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cores = usable_cpus()
         try:
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError):
@@ -183,12 +185,6 @@ def peak_memory(device: str) -> dict[str, float]:
 
         out["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return out
-
-
-def threads_per_worker(workers: int) -> int:
-    """Cores / workers (at least one), so workers do not oversubscribe the CPU."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // workers)
 
 
 #: What the fork server imports once for every worker it forks (see the module docstring);
@@ -438,7 +434,8 @@ class WorkerPool:
         self.size = size
         self.devices = list(devices or ["cpu"] * size)  # worker i's device (device_plan)
         self.peaks: dict[int, dict[str, float]] = {}  # worker i's peak memory so far
-        self.threads = job.engine.step_threads or threads_per_worker(size)
+        # Each worker's share of the CPUs this process may use, so workers do not oversubscribe.
+        self.threads = threads_for(job.engine.step_threads, size)
         self._context = _start_context()
         self.job_json = json.dumps(job.model_dump(mode="json"))  # names the pool (prestart)
         self.views_json = tenant_views_json(job)

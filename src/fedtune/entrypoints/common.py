@@ -53,12 +53,12 @@ def job_from_json(text: str, *, source: str) -> JobConfig:
 def read_job(path: str | None = None, text: str | None = None) -> JobConfig:
     """The job from a YAML/JSON file, from JSON text, or from ``$FEDTUNE_JOB_JSON``."""
     if path:
-        return load_job(path)
+        return use_job_threads(load_job(path))
     if text:
-        return job_from_json(text, source="--job-json")
+        return use_job_threads(job_from_json(text, source="--job-json"))
     from_env = os.environ.get(JOB_ENV)
     if from_env:
-        return job_from_json(from_env, source=f"${JOB_ENV}")
+        return use_job_threads(job_from_json(from_env, source=f"${JOB_ENV}"))
     raise ConfigError(
         "no job config given",
         fix=f"Pass --job JOB.yaml, --job-json '{{...}}', or set {JOB_ENV}.",
@@ -118,7 +118,17 @@ def write_job_artifact(path: str | Path, job: JobConfig) -> None:
 
 def read_job_artifact(path: str | Path) -> JobConfig:
     """Read a job artifact written by :func:`write_job_artifact`."""
-    return job_from_json(Path(path).read_text("utf-8"), source=str(path))
+    return use_job_threads(job_from_json(Path(path).read_text("utf-8"), source=str(path)))
+
+
+def use_job_threads(job: JobConfig) -> JobConfig:
+    """Give this step ``engine.step_threads`` torch threads where the job sets them (else
+    :func:`setup_logging` chose them from the pod's CPU quota); return ``job``."""
+    if job.engine.step_threads:
+        from fedtune.core.cpu import preset_threads
+
+        preset_threads(job.engine.step_threads)
+    return job
 
 
 def write_marker(path: str | Path, data: dict[str, Any]) -> None:
@@ -196,11 +206,16 @@ def write_termination_message(exc: FedtuneError) -> None:
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """INFO-level logs to stderr, as pods and the KFP UI show them."""
+    """Set up a step's process: INFO-level logs to stderr, as pods and the KFP UI show
+    them, and torch threads for the CPUs the pod may use (its CPU limit, not the node's
+    cores; ``$FEDTUNE_THREADS`` overrides it, see :mod:`fedtune.core.cpu`)."""
+    from fedtune.core.cpu import preset_threads, threads_for
+
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    preset_threads(threads_for())
 
 
 def job_parser(description: str, step: str) -> argparse.ArgumentParser:

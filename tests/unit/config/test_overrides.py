@@ -91,3 +91,18 @@ def test_a_hub_id_given_by_set_stays_a_hub_id(job_file: Path, tmp_path: Path, mo
     job_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
     job = load_job(job_file, ["model.uri=Qwen/Qwen2.5-0.5B"])
     assert job.model.uri == "hf://Qwen/Qwen2.5-0.5B"
+
+
+def test_the_command_that_continues_a_run_keeps_its_overrides(
+    job_file: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Resuming without the same --set would be refused as a changed job."""
+    from tests.integration.conftest import tiny_job_dict
+
+    job = tiny_job_dict(tmp_path / "w", rounds=2)
+    job_file.write_text(yaml.safe_dump(job), encoding="utf-8")
+    code = main(["run", str(job_file), "--set", "training.lr=0.002", "--until-round", "1",
+                 "--no-progress"])
+    assert code == 0
+    said = capsys.readouterr().out.replace("\n", " ")
+    assert "--resume --set training.lr=0.002" in said
