@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedtune.aggregation import validate_update
-from fedtune.aggregation.validation import check_update_norm
+from fedtune.aggregation.validation import check_update_bound
 from fedtune.algorithms.base import SUM_NAME, SecureSum
 from fedtune.config.tenant_view import secure_aggregation_facts
 from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError, UpdateRejected
@@ -213,7 +213,7 @@ def aggregate_step(
     mean_tensors = vector.unflatten(mean, specs)
     # The one check left to the provider: the unmasked mean (keys, shapes, finite, size).
     validate_update(SUM_NAME, mean_tensors, specs, env.job.limits.max_update_bytes)
-    check_update_norm(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits.max_update_norm)
+    check_update_bound(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits)
     summed = SecureSum(mean_tensors, total_weight, {n: dict(updates[n].meta) for n in masked})
     state = ServerState.load(store, layout.state_key(round_index - 1))
     if env.job.differential_privacy is None:

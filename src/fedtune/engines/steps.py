@@ -250,23 +250,26 @@ def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
-    from fedtune.aggregation.validation import check_update_norm
+    from fedtune.aggregation.validation import check_update_bound
 
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
     for name in sampled:
         store = env.stores.exchange(name)
         key = layout.update_key(round_index)
-        if not Update.stored(store, key):
-            rejected[name] = "no update was delivered (the client step failed or did not run)"
-            continue
         try:
+            # Inside the try: a key that leaves the tenant's prefix (a planted symbolic
+            # link) is refused by the store, and that rejects this update, not the round.
+            if not Update.stored(store, key):
+                rejected[name] = "no update was delivered (the client step failed or did not run)"
+                continue
             # What the launcher accepted from the tenant's pod, not what its URLs wrote since.
             acceptance.verify_message(env.store(), store, name, key)
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
-            if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass
-                check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
+            # On by default, relative to the broadcast: a finite outlier (1e30) is rejected.
+            check_update_bound(name, update.tensors, broadcast.tensors, env.job.limits,
+                               relative=env.job.algorithm.capabilities.summed_update)
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
