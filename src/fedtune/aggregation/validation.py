@@ -113,12 +113,15 @@ def tensors_norm(tensors: Mapping[str, torch.Tensor]) -> float:
 
     Why ``limits.max_update_norm_ratio`` defaults to 1000 (times this norm of the broadcast,
     at least 1.0): an honest round moves an adapter by a small part of its norm (each weight
-    by at most lr x steps under Adam; LoRA's B starts at zero, A is not), SCAFFOLD's control
-    deltas are gradient-sized and DP noise is sized by the clip norm; across every algorithm
-    in the test suite the largest ratio seen is far below it (see the report in
-    tests/integration/test_planted_updates.py). A swamping outlier (1e30, or 1e6 times the
-    broadcast) is far above it, so the default rejects what no honest step sends and nothing
-    else; a job that expects larger steps sets the ratio higher or null.
+    by at most about lr x steps under Adam, while LoRA's A starts at its full init norm);
+    SCAFFOLD's control deltas are gradient-sized; DP noise is a few times the clip norm per
+    coordinate at most. Measured over every algorithm's tiny test jobs (plain, DP-FedAvg,
+    DP-SGD, secure aggregation): the largest ratio was 9 (SCAFFOLD's control deltas with
+    AdamW), all others at most 1.2. For a 7B LoRA (r=16, init norm about 35) the estimate is
+    about 4x for 100 Adam steps at lr 2e-4, and about 550x for distributed DP noise at noise
+    multiplier 5, clip norm 1 and two tenants (the largest honest case found). A swamping outlier (1e30, or a million times
+    the broadcast) is far above it, so the default rejects what no honest step sends; a job
+    that expects larger steps sets the ratio higher or null.
     """
     squares = 0.0
     for value in tensors.values():
