@@ -25,11 +25,13 @@ import torch
 
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.messages import ServerState, Update
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, secagg_steps, steps
+from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.summary import RoundRecord
 from fedtune.storage import LocalStore
 from fedtune.storage.base import Store
 from fedtune.storage.keys import SIDECAR_SUFFIX
+from fedtune.tracking.base import NullTracker
 from tests.helpers.moto import admin_client, create_bucket, use_fake_aws_env
 from tests.integration.conftest import tiny_job_dict
 from tests.kfp.test_tenant_pod import moto_endpoint  # noqa: F401 - a module-scoped fixture
@@ -276,3 +278,30 @@ def test_a_planted_update_is_rejected_for_its_tenant_and_the_round_goes_on(
     assert state.keys() == without_b.keys()
     assert all(torch.equal(state[k], without_b[k]) for k in state)  # b added nothing
     assert not (outside / "pickle-ran").exists()
+
+
+@pytest.mark.slow  # a whole secure round: the provider step that aborted is request-unmask
+def test_under_secure_aggregation_a_link_out_of_the_prefix_counts_as_its_tenant_dropping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider cannot reject one masked update, but it must not stop on one either: a
+    masked upload the store refuses is a dropout, whose masks the others' shares recover
+    (before, the provider's request-unmask step stopped the run with exit 4)."""
+    masked_upload = secagg_steps.TENANT_STEPS["client"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def upload_then_link(env: steps.TenantEnv, round_index: int) -> dict[str, Any]:
+        out = masked_upload(env, round_index)
+        if env.tenant.name == "tenant-b":
+            assert isinstance(env.exchange, LocalStore)
+            folder = env.exchange.path
+            _link(_copy_outside)(Prefixes(env.exchange, lambda k: b"", lambda k, d: None, folder, None, outside))
+        return out
+
+    monkeypatch.setitem(secagg_steps.TENANT_STEPS, "client", upload_then_link)
+    job = parse_job(tiny_job_dict(tmp_path / "w", rounds=1, secure_aggregation={"enabled": True, "threshold": 2}))
+    record = run_job(job, NullTracker(), RunOptions(progress=False))["rounds"][0]
+    assert record["accepted"] == ["tenant-a", "tenant-c"]
+    # Its own later step (unmask) meets the same refusal; its failure is what the record keeps.
+    assert "StoreError" in record["rejected"]["tenant-b"]
