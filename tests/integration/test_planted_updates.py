@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from fedtune.config import JobConfig, parse_job
-from fedtune.core.messages import ServerState, Update
+from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.engines import layout, secagg_steps, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.summary import RoundRecord
@@ -305,3 +305,26 @@ def test_under_secure_aggregation_a_link_out_of_the_prefix_counts_as_its_tenant_
     assert record["accepted"] == ["tenant-a", "tenant-c"]
     # Its own later step (unmask) meets the same refusal; its failure is what the record keeps.
     assert "StoreError" in record["rejected"]["tenant-b"]
+
+
+def test_a_link_planted_where_the_provider_publishes_is_replaced_not_followed(tmp_path: Path) -> None:
+    """A tenant's broadcast keys are the provider's to write: a link planted there in
+    advance neither stops the configure step nor lets the provider write through it."""
+    job = parse_job(tiny_job_dict(tmp_path / "w", rounds=1))
+    provider = steps.ProviderEnv.create(job)
+    steps.init_step(provider)
+    b = layout.JobStores(job).exchange("tenant-b")
+    assert isinstance(b, LocalStore)
+    link = b.path.joinpath(*f"{layout.round_broadcast_key(1)}.json".split("/"))
+    link.parent.mkdir(parents=True)
+    for suffix in ("", SIDECAR_SUFFIX):  # a "complete" message, as far as names go
+        (tmp_path / f"outside{suffix}").write_text("not the provider's")
+        os.symlink(tmp_path / f"outside{suffix}", f"{link}{suffix}")
+
+    steps.configure_step(provider, 1)
+
+    assert not link.is_symlink() and not Path(f"{link}{SIDECAR_SUFFIX}").is_symlink()
+    assert {p.read_text() for p in tmp_path.glob("outside*")} == {"not the provider's"}
+    mine, theirs = (Broadcast.load(layout.JobStores(job).exchange(t), layout.round_broadcast_key(1))
+                    for t in ("tenant-a", "tenant-b"))
+    assert mine.meta == theirs.meta and all(torch.equal(mine.tensors[k], theirs.tensors[k]) for k in mine.tensors)

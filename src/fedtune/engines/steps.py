@@ -125,9 +125,19 @@ def _copy_message(src: Store, src_key: str, dst: Store, dst_key: str) -> int:
 def _publish(env: ProviderEnv, record_key: str, tenant: str, tenant_key: str) -> int:
     """Put the provider's recorded message into one tenant's exchange prefix (if missing):
     byte for byte, or with the metadata the algorithm builds for that tenant."""
+    from fedtune.core.errors import StoreError
+
     exchange = env.stores.exchange(tenant)
-    if Broadcast.stored(exchange, tenant_key):
-        return stored_size(exchange, tenant_key)
+    try:
+        if Broadcast.stored(exchange, tenant_key):
+            return stored_size(exchange, tenant_key)
+    except StoreError as exc:
+        if isinstance(exc, StoreUnavailable):
+            raise
+        # The key is the provider's: what the store refuses there (a planted link) goes.
+        log.warning("tenant %s: replacing what its prefix holds at %s: %s", tenant, tenant_key, exc)
+        for half in (f"{tenant_key}.safetensors", f"{tenant_key}.json"):
+            exchange.delete(half)
     store = env.store()
     meta = env.algorithm.tenant_broadcast_meta(store.get_json(f"{record_key}.json"), tenant)
     if meta is None:

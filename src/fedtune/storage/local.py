@@ -44,18 +44,18 @@ class LocalStore(BlobStore):
         """The folder this store is confined to."""
         return self._base
 
-    def _path(self, name: str, *, unlink: bool = False) -> Path:
+    def _path(self, name: str, *, replace: bool = False) -> Path:
         """The file of ``name``, refused when it resolves outside this store's own folder.
 
         Keys cannot say '..', but a symbolic link planted inside the folder (a tenant's
         update linked to a file elsewhere, or to another tenant's prefix) could still lead
         out of it. The folder is the resolved root joined with the literal prefix, so a
-        linked prefix folder is refused too. ``unlink``: only the parent must stay inside,
-        since removing a link removes the link itself, never its target.
+        linked prefix folder is refused too. ``replace`` (a write's rename, a delete): only the
+        parent must stay inside, since both replace or remove a link itself, never its target.
         """
         path = self._root.joinpath(*name.split("/"))
         folder = self._root.resolve().joinpath(*self._prefix.split("/") if self._prefix else ())
-        resolved = (path.parent if unlink else path).resolve()
+        resolved = (path.parent if replace else path).resolve()
         if not resolved.is_relative_to(folder):
             key = name[len(self._prefix) + 1 :] if self._prefix else name
             link = _first_link(self._root, path)
@@ -80,7 +80,7 @@ class LocalStore(BlobStore):
             ) from exc
 
     def _write(self, name: str, data: bytes) -> None:
-        path = self._path(name)
+        path = self._path(name, replace=True)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
         with self._os_errors("write", path):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ class LocalStore(BlobStore):
         return self._path(name).is_file()
 
     def _remove(self, name: str) -> None:
-        path = self._path(name, unlink=True)
+        path = self._path(name, replace=True)
         with self._os_errors("delete", path), suppress(FileNotFoundError, NotADirectoryError):
             path.unlink()
 

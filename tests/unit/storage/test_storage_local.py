@@ -108,9 +108,12 @@ def test_a_child_store_refuses_links_out_of_its_own_prefix(tmp_path: Path) -> No
     os.symlink(root.path / "tenants" / "a", root.path / "tenants" / "c")
     with pytest.raises(StoreError, match="lies under the symbolic link .*tenants/c "):
         root.child("tenants/c").get_bytes("update.bin")
-    # Deleting a planted link removes the link, never what it points to.
+    # Deleting a planted link removes the link, never what it points to; a write replaces it.
     b.delete("update.bin")
     assert not (b_dir / "update.bin").is_symlink() and a_file.read_bytes() == b"tenant a's update"
+    os.symlink(a_file, b_dir / "update.bin")
+    b.put_bytes("update.bin", b"tenant b's own")
+    assert not (b_dir / "update.bin").is_symlink() and b.get_bytes("update.bin") == b"tenant b's own"
     assert root.get_bytes("tenants/a/update.bin") == b"tenant a's update"
 
 
