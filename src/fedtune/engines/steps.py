@@ -260,10 +260,13 @@ def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
-    from fedtune.aggregation.validation import check_update_bound
+    from fedtune.aggregation.validation import check_update_norm, tensors_norm
 
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
+    # On by default, relative to the broadcast (its norm taken once: FedBiOT's holds a model).
+    bound = env.job.limits.update_norm_bound(
+        tensors_norm(broadcast.tensors), relative=env.job.algorithm.capabilities.summed_update)
     for name in sampled:
         store = env.stores.exchange(name)
         key = layout.update_key(round_index)
@@ -277,9 +280,8 @@ def collect_updates(
             acceptance.verify_message(env.store(), store, name, key)
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
-            # On by default, relative to the broadcast: a finite outlier (1e30) is rejected.
-            check_update_bound(name, update.tensors, broadcast.tensors, env.job.limits,
-                               relative=env.job.algorithm.capabilities.summed_update)
+            if bound is not None:  # a finite outlier (1e30) is rejected, naming the bound
+                check_update_norm(name, update.tensors, broadcast.tensors, bound[0], setting=bound[1])
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
