@@ -12,10 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedtune.core.errors import UpdateRejected
+
+if TYPE_CHECKING:
+    from fedtune.config.job import LimitsConfig
 
 _MAX_LISTED = 5  # keep messages readable when an update is entirely wrong
 
@@ -103,11 +107,36 @@ def validate_update(
         )
 
 
+def tensors_norm(tensors: Mapping[str, torch.Tensor]) -> float:
+    """The L2 norm of all floating tensors of a message taken as one vector (float64, so a
+    1e30 entry squares without overflow): the scale the default update bound is relative to.
+
+    Why ``limits.max_update_norm_ratio`` defaults to 1000 (times this norm of the broadcast,
+    at least 1.0): an honest round moves an adapter by a small part of its norm (each weight
+    by at most about lr x steps under Adam, while LoRA's A starts at its full init norm);
+    SCAFFOLD's control deltas are gradient-sized; DP noise is a few times the clip norm per
+    coordinate at most. Measured over every algorithm's tiny test jobs (plain, DP-FedAvg,
+    DP-SGD, secure aggregation): the largest ratio was 9 (SCAFFOLD's control deltas with
+    AdamW), all others at most 1.2. For a 7B LoRA (r=16, init norm about 35) the estimate is
+    about 4x for 100 Adam steps at lr 2e-4, and about 550x for distributed DP noise at noise
+    multiplier 5, clip norm 1 and two tenants (the largest honest case found). A swamping outlier (1e30, or a million times
+    the broadcast) is far above it, so the default rejects what no honest step sends; a job
+    that expects larger steps sets the ratio higher or null.
+    """
+    squares = 0.0
+    for value in tensors.values():
+        if value.is_floating_point():
+            squares += float(torch.linalg.vector_norm(value, dtype=torch.float64)) ** 2
+    return math.sqrt(squares)
+
+
 def check_update_norm(
     tenant: str,
     tensors: Mapping[str, torch.Tensor],
     reference: Mapping[str, torch.Tensor],
     bound: float | None,
+    *,
+    setting: str | None = None,
 ) -> float:
     """The L2 norm of an update's change (its tensors minus the same-named, same-shaped
     ``reference`` tensors, the broadcast; other tensors count whole); reject it above ``bound``.
@@ -115,6 +144,10 @@ def check_update_norm(
     Under secure aggregation the provider sees only the sum, so the tenant runs this check
     before masking and the provider runs it on the unmasked mean (a mean of updates within the
     bound stays within it).
+
+    ``setting`` names where ``bound`` came from in the message (default: the absolute
+    ``limits.max_update_norm``; :meth:`fedtune.config.job.LimitsConfig.update_norm_bound`
+    gives both).
 
     Raises:
         UpdateRejected: The norm is not finite or exceeds ``bound`` (naming both).
@@ -131,8 +164,31 @@ def check_update_norm(
     if bound is not None and not norm <= bound:
         raise UpdateRejected(
             f"update of tenant {tenant!r} rejected: its L2 norm of change {norm:.6g} exceeds "
-            f"limits.max_update_norm={bound:g}",
+            + (setting or f"limits.max_update_norm={bound:g}"),
             fix=f"Inspect tenant {tenant!r}'s local training (learning rate, steps), or raise "
-            "limits.max_update_norm if such updates are expected.",
+            "limits.max_update_norm (or limits.max_update_norm_ratio) if such updates are "
+            "expected.",
         )
     return norm
+
+
+def check_update_bound(
+    tenant: str,
+    tensors: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
+    limits: LimitsConfig,
+    *,
+    relative: bool = True,
+) -> float | None:
+    """:func:`check_update_norm` under the job's bound (absolute ``limits.max_update_norm``,
+    else ``limits.max_update_norm_ratio`` times the norm of ``reference``, the broadcast);
+    the norm, or None when there is no bound. ``relative=False`` where the update is no change
+    of the broadcast (an algorithm without ``summed_update``: FedMKT's knowledge).
+
+    Raises:
+        UpdateRejected: Over the bound, naming the norm, the bound and its setting.
+    """
+    bound = limits.update_norm_bound(tensors_norm(reference), relative=relative)
+    if bound is None:
+        return None
+    return check_update_norm(tenant, tensors, reference, bound[0], setting=bound[1])

@@ -25,6 +25,7 @@ from fedtune.benchmarks.secagg import commit
 from fedtune.config.job import JobConfig
 from fedtune.config.loading import load_job, parse_job
 from fedtune.engines import layout, steps
+from fedtune.engines.publish import stored_size
 
 EXAMPLE = Path("examples/quickstart.yaml")
 TENANTS = (10, 50, 200)
@@ -106,7 +107,7 @@ def one_round(root: Path, tenants: int, reps: int) -> dict[str, Any]:
         )
     best = {k: min(s for s, _ in v) for k, v in runs.items()}
     written = {k: v[0][1] for k, v in runs.items()}
-    copy = steps.stored_size(provider.stores.exchange(sampled[0]), layout.round_broadcast_key(1))
+    copy = stored_size(provider.stores.exchange(sampled[0]), layout.round_broadcast_key(1))
     return {
         "tenants": tenants,
         "seconds": {k: [round(s, 4) for s, _ in v] for k, v in runs.items()},

@@ -289,6 +289,10 @@ class TrackingConfig(StrictModel):
     )
 
 
+DEFAULT_UPDATE_NORM_RATIO = 1000.0
+"""limits.max_update_norm_ratio's default; why this value: fedtune.aggregation.validation."""
+
+
 class LimitsConfig(StrictModel):
     """Bounds that protect the provider from malformed updates and input, and bound every
     wait on a store or the tracking server (seconds, not minutes)."""
@@ -307,9 +311,21 @@ class LimitsConfig(StrictModel):
     max_update_norm: float | None = Field(
         None,
         gt=0.0,
-        description="Largest L2 norm of an update's change from the broadcast (off when "
-        "unset); under secure aggregation each tenant checks its own before masking and the "
-        "provider checks the unmasked mean.",
+        description="Largest L2 norm of an update's change from the broadcast (unset: "
+        "max_update_norm_ratio bounds it); under secure aggregation each tenant checks its "
+        "own before masking and the provider checks the unmasked mean.",
+    )
+    max_update_norm_ratio: float | None = Field(
+        DEFAULT_UPDATE_NORM_RATIO,
+        gt=0.0,
+        le=1e12,
+        description="Where max_update_norm is unset, the largest L2 norm of an update's change "
+        "as a multiple of the broadcast's L2 norm (taken as at least 1.0): an update over it is "
+        "rejected, naming the bound, so a finite outlier (a tensor set to 1e30) cannot swamp "
+        "the mean. The default is far above any honest step (see "
+        "fedtune.aggregation.validation); null turns the default bound off. Applies where "
+        "updates are summed (every algorithm but FedMKT, whose knowledge messages are no "
+        "change of the broadcast).",
     )
     max_record_bytes: int = Field(
         2**20,
@@ -342,6 +358,21 @@ class LimitsConfig(StrictModel):
     def sample_cap(self, tenant: TenantConfig) -> int:
         """The largest num_samples ``tenant``'s update may claim."""
         return tenant.max_samples or self.max_samples_per_tenant
+
+    def update_norm_bound(self, broadcast_norm: float, *, relative: bool = True) -> tuple[float, str] | None:
+        """The bound on an update's L2 norm of change from a broadcast of L2 norm
+        ``broadcast_norm``, with the setting that gives it (for messages); None when off.
+        ``relative=False``: the update is no change of the broadcast (FedMKT's knowledge),
+        so only an explicit max_update_norm bounds it."""
+        if self.max_update_norm is not None:
+            return self.max_update_norm, f"limits.max_update_norm={self.max_update_norm:g}"
+        if self.max_update_norm_ratio is None or not relative:
+            return None
+        scale = max(broadcast_norm, 1.0)
+        return self.max_update_norm_ratio * scale, (
+            f"the bound {self.max_update_norm_ratio * scale:.6g} = limits.max_update_norm_ratio="
+            f"{self.max_update_norm_ratio:g} times the broadcast's L2 norm {scale:.6g}"
+        )
 
 
 class EngineConfig(StrictModel):

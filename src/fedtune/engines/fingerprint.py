@@ -52,6 +52,8 @@ def _base_dump(job: JobConfig) -> dict[str, Any]:
             tenant["dp_sgd"].pop("target_epsilon")
     if dump["limits"].get("max_update_norm") is None:  # unset: as before the field existed
         dump["limits"].pop("max_update_norm", None)
+    if dump["limits"].get("max_update_norm_ratio") == LimitsConfig().max_update_norm_ratio:  # default: as before
+        dump["limits"].pop("max_update_norm_ratio", None)
     for name, default in _LATER_TRAINING.items():  # at their defaults: as before they existed
         if dump["training"].get(name) == default:
             dump["training"].pop(name)

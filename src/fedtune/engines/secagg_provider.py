@@ -16,10 +16,17 @@ from typing import Any
 import numpy as np
 
 from fedtune.aggregation import validate_update
-from fedtune.aggregation.validation import check_update_norm
+from fedtune.aggregation.validation import check_update_bound
 from fedtune.algorithms.base import SUM_NAME, SecureSum
 from fedtune.config.tenant_view import secure_aggregation_facts
-from fedtune.core.errors import FedtuneError, QuorumError, SecureAggregationError, UpdateRejected
+from fedtune.core.errors import (
+    FedtuneError,
+    QuorumError,
+    SecureAggregationError,
+    StoreError,
+    StoreUnavailable,
+    UpdateRejected,
+)
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
@@ -147,11 +154,22 @@ def _delivered(env: ProviderEnv, name: str, round_index: int) -> tuple[Update | 
     and why: an update with bad metadata counts as dropped, so its mask is recovered from
     the shares like any dropout's (it cannot leave the sum once unmasking began)."""
     exchange = env.stores.exchange(name)
-    if not Update.stored(exchange, layout.update_key(round_index)):
-        return None, "dropped after sharing keys: no masked update was delivered"
+    key = layout.update_key(round_index)
+    try:
+        if not Update.stored(exchange, key):
+            return None, "dropped after sharing keys: no masked update was delivered"
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:  # a key the store refuses (a link out of the tenant's prefix)
+        return None, f"dropped after sharing keys: its masked update is refused: {exc}"
     # A masked upload changed after acceptance would spoil the unmasked sum: refused.
-    acceptance.verify_message(env.store(), exchange, name, layout.update_key(round_index))
-    update = Update.load(exchange, layout.update_key(round_index))
+    acceptance.verify_message(env.store(), exchange, name, key)
+    try:
+        update = Update.load(exchange, key)
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:  # not safetensors, a failed checksum: it cannot enter the sum
+        return None, f"dropped after sharing keys: its masked update cannot be read: {exc}"
     try:
         check_update_meta(name, update.meta)
     except UpdateRejected as exc:
@@ -213,7 +231,7 @@ def aggregate_step(
     mean_tensors = vector.unflatten(mean, specs)
     # The one check left to the provider: the unmasked mean (keys, shapes, finite, size).
     validate_update(SUM_NAME, mean_tensors, specs, env.job.limits.max_update_bytes)
-    check_update_norm(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits.max_update_norm)
+    check_update_bound(SUM_NAME, mean_tensors, broadcast.tensors, env.job.limits)
     summed = SecureSum(mean_tensors, total_weight, {n: dict(updates[n].meta) for n in masked})
     state = ServerState.load(store, layout.state_key(round_index - 1))
     if env.job.differential_privacy is None:

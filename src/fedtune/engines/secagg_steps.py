@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedtune.aggregation.validation import check_update_norm
+from fedtune.aggregation.validation import check_update_bound
 from fedtune.config.tenant_view import TenantSecureAggregation
 from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
@@ -204,7 +204,7 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
     """
     name = env.tenant.name
     env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
-    check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
+    check_update_bound(name, update.tensors, broadcast.tensors, env.job.limits)
     _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(env.tenant))
     specs = env.algorithm.expected_update_shapes(broadcast)
     weight = env.algorithm.sum_weight(update)

@@ -25,6 +25,10 @@ from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable, Upd
 from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
+from fedtune.engines.publish import (
+    publish as _publish,
+    stored_size,  # noqa: F401 - re-exported for the engines
+)
 
 # The tenant's env lives in its own module; steps re-exports it for the engines.
 from fedtune.engines.tenant_env import (  # noqa: F401 - re-exported for the engines
@@ -110,44 +114,6 @@ def init_step(env: ProviderEnv) -> dict[str, Any]:
         return {}
     written = state.save(store, key)
     return {"seconds": time.perf_counter() - started, "bytes": written}
-
-
-def _publish(env: ProviderEnv, record_key: str, tenants: list[str], tenant_key: str) -> int:
-    """Put the provider's recorded message into each tenant's exchange prefix where missing;
-    return the size of the first tenant's copy.
-
-    The tensors enter the exchange once per call: the first missing copy is copied from the
-    record (:meth:`~fedtune.storage.blobstore.BlobStore.copy`: through this process where
-    the provider store and the exchange are different backends), every other one from that
-    copy inside the exchange (a hard link on a file store, ``CopyObject`` on S3), so the
-    bytes the provider writes do not grow with the tenants. The JSON is copied the same way,
-    or written per tenant where the algorithm builds it for each (JSON last: its presence
-    marks a copy complete). Keys and confinement are as before: each copy sits in its
-    tenant's prefix, and a tenant reads it through its own confined store or pre-signed
-    URLs. On one filesystem the copies share the record's inode; every store write replaces
-    a file by rename, so no write through one name changes another, and damage in place is
-    caught by the checksums. The source is never a copy found from an earlier, interrupted
-    call; the record's JSON is read (verified) at most once.
-    """
-    store = env.store()
-    record: dict[str, Any] | None = None
-    first: Store | None = None  # the copy written from the record by this call
-    sizes: list[int] = []
-    for name in tenants:
-        exchange = env.stores.exchange(name)
-        if not Broadcast.stored(exchange, tenant_key):
-            record = record if record is not None else store.get_json(f"{record_key}.json")
-            meta = env.algorithm.tenant_broadcast_meta(record, name)
-            source, source_key = (first, tenant_key) if first is not None else (store, record_key)
-            source.copy(f"{source_key}.safetensors", exchange, f"{tenant_key}.safetensors")
-            if meta is None:
-                source.copy(f"{source_key}.json", exchange, f"{tenant_key}.json")
-            else:
-                exchange.put_json(f"{tenant_key}.json", meta)
-            first = first or exchange
-        if not sizes:  # the copies' tensors are one blob; the first copy's size stands for all
-            sizes.append(stored_size(exchange, tenant_key))
-    return sizes[0] if sizes else 0
 
 
 def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
@@ -261,23 +227,28 @@ def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
     """Load and validate every sampled tenant's update; return (valid, rejected reasons)."""
-    from fedtune.aggregation.validation import check_update_norm
+    from fedtune.aggregation.validation import check_update_norm, tensors_norm
 
     valid: dict[str, Update] = {}
     rejected: dict[str, str] = {}
+    # On by default, relative to the broadcast (its norm taken once: FedBiOT's holds a model).
+    bound = env.job.limits.update_norm_bound(
+        tensors_norm(broadcast.tensors), relative=env.job.algorithm.capabilities.summed_update)
     for name in sampled:
         store = env.stores.exchange(name)
         key = layout.update_key(round_index)
-        if not Update.stored(store, key):
-            rejected[name] = "no update was delivered (the client step failed or did not run)"
-            continue
         try:
+            # Inside the try: a key that leaves the tenant's prefix (a planted symbolic
+            # link) is refused by the store, and that rejects this update, not the round.
+            if not Update.stored(store, key):
+                rejected[name] = "no update was delivered (the client step failed or did not run)"
+                continue
             # What the launcher accepted from the tenant's pod, not what its URLs wrote since.
             acceptance.verify_message(env.store(), store, name, key)
             update = Update.load(store, key)
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
-            if env.job.limits.max_update_norm is not None:  # off by default: no float64 pass
-                check_update_norm(name, update.tensors, broadcast.tensors, env.job.limits.max_update_norm)
+            if bound is not None:  # a finite outlier (1e30) is rejected, naming the bound
+                check_update_norm(name, update.tensors, broadcast.tensors, bound[0], setting=bound[1])
             _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
@@ -488,8 +459,3 @@ def stored_update_result(store: Any, key: str) -> dict[str, Any]:
     plain = update.meta.get("secagg", {}).get("plain_bytes")
     return {"bytes": stored_size(store, key),
             "raw_bytes": update.nbytes if plain is None else plain, "meta": update.meta}
-
-
-def stored_size(store: Any, key: str) -> int:
-    """Bytes of a stored message (tensors and JSON), as its writer counted them."""
-    return len(store.get_bytes(f"{key}.safetensors")) + len(store.get_bytes(f"{key}.json"))

@@ -37,6 +37,14 @@ logger = logging.getLogger(__name__)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+def _is_key(name: str) -> bool:
+    try:
+        validate_key(name)
+    except StoreError:
+        return False
+    return True
+
+
 class Readable(Protocol):
     """A binary stream read in pieces: a file, or an S3 object's body."""
 
@@ -256,11 +264,16 @@ class BlobStore(ABC):
         folder = validate_prefix(prefix)
         names = set(self._names(join_key(self._prefix, folder)))
         strip = len(self._prefix) + 1 if self._prefix else 0
-        return sorted(
-            n[strip:]
-            for n in names
-            if not n.endswith(SIDECAR_SUFFIX) and n + SIDECAR_SUFFIX in names
-        )
+        complete = [n[strip:] for n in names if not n.endswith(SIDECAR_SUFFIX) and n + SIDECAR_SUFFIX in names]
+        keys = [k for k in complete if _is_key(k)]
+        if len(keys) < len(complete):
+            # Objects no fedtune key names (a planted 'x/../../other-tenant/y' in a bucket, a
+            # backslash in a file name): listing them would hand callers keys that every
+            # get/delete refuses, so a hostile name could stop whoever lists the prefix.
+            odd = sorted(set(complete) - set(keys))
+            logger.warning("%s holds %d object(s) whose names are not valid keys, left out of "
+                           "its listing: %s", self.uri, len(odd), ", ".join(repr(k) for k in odd[:5]))
+        return sorted(keys)
 
     def delete(self, key: str) -> None:
         """Remove a blob and its checksum; no error if absent."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -43,15 +44,27 @@ class LocalStore(BlobStore):
         """The folder this store is confined to."""
         return self._base
 
-    def _path(self, name: str) -> Path:
+    def _path(self, name: str, *, replace: bool = False) -> Path:
+        """The file of ``name``, refused when it resolves outside this store's own folder.
+
+        Keys cannot say '..', but a symbolic link planted inside the folder (a tenant's
+        update linked to a file elsewhere, or to another tenant's prefix) could still lead
+        out of it. The folder is the resolved root joined with the literal prefix, so a
+        linked prefix folder is refused too. ``replace`` (a write's rename, a delete): only the
+        parent must stay inside, since both replace or remove a link itself, never its target.
+        """
         path = self._root.joinpath(*name.split("/"))
-        # Keys cannot say '..', but a symlink planted inside the folder could still point out
-        # of it; resolving both sides catches that before anything is read or written.
-        if not path.resolve().is_relative_to(self._root.resolve()):
+        folder = self._root.resolve().joinpath(*self._prefix.split("/") if self._prefix else ())
+        resolved = (path.parent if replace else path).resolve()
+        if not resolved.is_relative_to(folder):
+            key = name[len(self._prefix) + 1 :] if self._prefix else name
+            link = _first_link(self._root, path)
+            how = "is a symbolic link" if link == path else f"lies under the symbolic link {link}"
             raise StoreError(
-                f"key path {path} resolves outside the store root {self._root} "
-                "(a symbolic link inside the store points out of it)",
-                fix="Remove the symbolic link from the store folder.",
+                f"key {key!r} of {self.uri} is refused: it {how} that leads to {resolved}, "
+                f"outside this store's folder",
+                fix="fedtune never writes symbolic links, so whoever can write the store planted "
+                f"it: remove it (`rm {shlex.quote(str(link))}`) and ask why it was there.",
             )
         return path
 
@@ -67,7 +80,7 @@ class LocalStore(BlobStore):
             ) from exc
 
     def _write(self, name: str, data: bytes) -> None:
-        path = self._path(name)
+        path = self._path(name, replace=True)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
         with self._os_errors("write", path):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +143,7 @@ class LocalStore(BlobStore):
         return self._path(name).is_file()
 
     def _remove(self, name: str) -> None:
-        path = self._path(name)
+        path = self._path(name, replace=True)
         with self._os_errors("delete", path), suppress(FileNotFoundError, NotADirectoryError):
             path.unlink()
 
@@ -156,6 +169,15 @@ class LocalStore(BlobStore):
             fix="Pre-signed URLs need an s3:// store; with a local store, open the store "
             "directly from the process that reads or writes.",
         )
+
+
+def _first_link(root: Path, path: Path) -> Path:
+    """The outermost symbolic link on ``path`` below ``root`` (``path`` itself if none is)."""
+    rel = path.relative_to(root)
+    for step in [*list(reversed(rel.parents))[1:], rel]:
+        if (root / step).is_symlink():
+            return root / step
+    return path
 
 
 def _fsync_dir(folder: Path) -> None:

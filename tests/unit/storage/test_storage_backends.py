@@ -132,6 +132,35 @@ def test_child_is_confined_to_its_prefix(backend: Backend) -> None:
     assert parent.get_bytes("secret.bin") == b"provider only"
 
 
+# Object names no key can say, planted behind the store's back in tenant b's prefix (a local
+# folder cannot hold '..' or '//' names; a bucket holds any).
+PLANTED = {
+    "local": ["tenants/b/back\\slash", "tenants/b/ctl\x01"],
+    "s3": ["tenants/b/x/../../a/update.bin", "tenants/b/../a/update.bin", "tenants/b/x//y",
+           "tenants/b/./z", "tenants/b/back\\slash", "tenants/b/ctl\x01"],
+}
+
+
+def test_a_prefix_lists_only_keys_it_can_read(backend: Backend) -> None:
+    """A planted object whose name is no valid key (a traversal such as 'x/../../a/...') is
+    left out of listings, so whoever lists a tenant's prefix (the provider's --fresh, its
+    pruning) is neither stopped by a key every get refuses nor led to another tenant's object."""
+    parent = backend.store
+    parent.put_bytes("tenants/a/update.bin", b"tenant a's update")
+    b = parent.child("tenants/b")
+    b.put_bytes("update.bin", b"tenant b's update")
+    for name in PLANTED[backend.name]:
+        backend.write_raw(name, b"planted")
+        backend.write_raw(name + ".sha256", sha256_hex(b"planted").encode())
+
+    assert b.list() == ["update.bin"]
+    assert parent.list() == ["tenants/a/update.bin", "tenants/b/update.bin"]
+    for key in parent.list():  # what --fresh does: every listed key can be read and deleted
+        parent.get_bytes(key)
+        parent.delete(key)
+    assert parent.list() == []
+
+
 def test_grandchild_nests(store: Store) -> None:
     store.child("a").child("b/c").put_bytes("k", b"v")
     assert store.list() == ["a/b/c/k"]

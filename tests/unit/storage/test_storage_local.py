@@ -83,11 +83,38 @@ def test_symlink_out_of_the_store_is_refused(tmp_path: Path) -> None:
     root.mkdir()
     os.symlink(outside, root / "link")
     store = LocalStore(root)
-    with pytest.raises(StoreError, match="resolves outside the store root"):
+    with pytest.raises(StoreError, match="lies under the symbolic link .*outside this store's folder"):
         store.get_bytes("link/secret", verify=False)
-    with pytest.raises(StoreError, match="resolves outside the store root"):
+    with pytest.raises(StoreError, match="outside this store's folder"):
         store.put_bytes("link/planted", b"x")
     assert _files(outside) == ["secret"]
+
+
+def test_a_child_store_refuses_links_out_of_its_own_prefix(tmp_path: Path) -> None:
+    """A tenant's prefix is the boundary, not the store root: a link from tenant b's prefix
+    to tenant a's file (inside the root) is refused, as is a linked prefix folder."""
+    root = LocalStore(tmp_path / "exchange")
+    root.put_bytes("tenants/a/update.bin", b"tenant a's update")
+    a_file = root.path / "tenants" / "a" / "update.bin"
+    b_dir = root.path / "tenants" / "b"
+    b_dir.mkdir(parents=True)
+    os.symlink(a_file, b_dir / "update.bin")
+    os.symlink(str(a_file) + SIDECAR_SUFFIX, b_dir / ("update.bin" + SIDECAR_SUFFIX))
+    assert root.get_bytes("tenants/b/update.bin") == b"tenant a's update"  # the root spans both
+    b = root.child("tenants/b")
+    for read in (lambda: b.get_bytes("update.bin"), lambda: b.exists("update.bin")):
+        with pytest.raises(StoreError, match=r"key 'update.bin(.sha256)?' .* is refused: it is a symbolic link"):
+            read()
+    os.symlink(root.path / "tenants" / "a", root.path / "tenants" / "c")
+    with pytest.raises(StoreError, match="lies under the symbolic link .*tenants/c "):
+        root.child("tenants/c").get_bytes("update.bin")
+    # Deleting a planted link removes the link, never what it points to; a write replaces it.
+    b.delete("update.bin")
+    assert not (b_dir / "update.bin").is_symlink() and a_file.read_bytes() == b"tenant a's update"
+    os.symlink(a_file, b_dir / "update.bin")
+    b.put_bytes("update.bin", b"tenant b's own")
+    assert not (b_dir / "update.bin").is_symlink() and b.get_bytes("update.bin") == b"tenant b's own"
+    assert root.get_bytes("tenants/a/update.bin") == b"tenant a's update"
 
 
 def test_child_path_and_uri(tmp_path: Path) -> None:
