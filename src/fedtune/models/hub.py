@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from fedtune.core.errors import ModelError
+from fedtune.models.builtin_bases import base_dir, is_builtin
 
 __all__ = [
     "HUB_SCHEME",
@@ -104,7 +105,8 @@ def _fetch_fix(repo_id: str, revision: str | None) -> str:
 
 
 def local_model_path(uri: str, *, cache_only: bool = False) -> str:
-    """The local folder of ``uri``: the cached snapshot of an ``hf://`` id, else ``uri`` as is.
+    """The local folder of ``uri``: the cached snapshot of an ``hf://`` id, the package's
+    folder of a ``builtin://`` base (:mod:`fedtune.models.builtin_bases`), else ``uri`` as is.
 
     Args:
         uri: A model or tokenizer URI of the job.
@@ -115,6 +117,8 @@ def local_model_path(uri: str, *, cache_only: bool = False) -> str:
         ModelError: The id is not in the cache (offline) or cannot be fetched; the message
             names the id and the cache folder, the fix the command that fetches it.
     """
+    if is_builtin(uri):
+        return base_dir(uri)
     repo = hub_repo(uri)
     if repo is None:
         return uri

@@ -8,6 +8,7 @@ Pickled ``*.bin`` weights are refused: loading them runs code chosen by whoever 
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import tempfile
@@ -232,6 +233,7 @@ def save_pretrained_dir(
     with _no_deepspeed_probe():
         model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    write_prompt_template(out)
     # transformers 5 writes safetensors only; check, since a pickle here would cross to tenants.
     pickled = sorted(p.name for p in out.glob("*.bin"))
     if pickled:
@@ -241,6 +243,20 @@ def save_pretrained_dir(
         )
     logger.info("saved %s to %s", type(model).__name__, out)
     return out
+
+
+#: Beside every saved model: how a bare instruction is put to it, the template its training
+#: used (fedtune's Alpaca prompt without input), so served prompts read as trained ones did.
+PROMPT_FILE = "fedtune_prompt.json"
+
+
+def write_prompt_template(out: Path) -> None:
+    """Write :data:`PROMPT_FILE`; the serving code (``hf_pyfunc_model.py``, which cannot
+    import fedtune) formats each request's prompt with it."""
+    from fedtune.data.templates import ALPACA_PROMPT_NO_INPUT
+
+    text = json.dumps({"template": ALPACA_PROMPT_NO_INPUT, "field": "instruction"}, indent=2)
+    (out / PROMPT_FILE).write_text(text + "\n", encoding="utf-8")
 
 
 @contextmanager

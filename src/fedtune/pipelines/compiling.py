@@ -46,7 +46,7 @@ def cluster_problems(job: JobConfig, settings: ClusterSettings) -> list[str]:
                 f"tenants.{tenant.name}.store_uri is {tenant.store_uri!r}: the tenant's kept "
                 "state must outlive its pod; set an s3:// URI in the tenant's bucket"
             )
-    if isinstance(job.model, PretrainedModelConfig) and not _is_s3(job.model.uri):
+    if isinstance(job.model, PretrainedModelConfig) and not _in_every_pod(job.model.uri):
         hub = job.model.uri.removeprefix("hf://")
         hint = (
             f" (pods share no Hugging Face cache: `hf download {hub} --local-dir DIR`, upload DIR)"
@@ -63,6 +63,11 @@ def cluster_problems(job: JobConfig, settings: ClusterSettings) -> list[str]:
             "vanishes with the pod; set the MLflow server URL (or pass --mlflow-uri)"
         )
     return problems
+
+
+def _in_every_pod(uri: str) -> bool:
+    """An s3:// URI, or a base that ships inside fedtune's images (``builtin://``)."""
+    return _is_s3(uri) or uri.startswith("builtin://")
 
 
 def compile_job(
