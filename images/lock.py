@@ -51,6 +51,12 @@ def project_requirements(
     return [Requirement(line) for line in lines]
 
 
+#: What only torch's CUDA wheel from PyPI pulls in (a venv made by `make setup` on a machine
+#: where PyPI serves that build). The images take torch from the PyTorch index, whose CPU
+#: wheel needs none of these and whose CUDA wheel brings its own: they stay out of the lock.
+_TORCH_RUNTIME_ONLY = ("nvidia-", "cuda-", "triton")
+
+
 def closure(requirements: Sequence[Requirement]) -> dict[str, str]:
     """``{name: version}`` of every installed distribution ``requirements`` need, transitively.
 
@@ -62,7 +68,7 @@ def closure(requirements: Sequence[Requirement]) -> dict[str, str]:
     seen: set[tuple[str, tuple[str, ...]]] = set()
     while todo:
         name, wanted_extras = todo.pop()
-        if (name, wanted_extras) in seen:
+        if (name, wanted_extras) in seen or canonicalize_name(name).startswith(_TORCH_RUNTIME_ONLY):
             continue
         seen.add((name, wanted_extras))
         try:
