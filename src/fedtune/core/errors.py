@@ -66,6 +66,15 @@ class PublicSetMismatch(DataError):
     )
 
 
+class ExampleTooLong(DataError):
+    """An example leaves no trained token within ``max_seq_len``: skipped where a dataset is
+    encoded; an error only when no example fits."""
+
+    exit_code = 16
+    fix = "Raise training.max_seq_len or drop records with long instructions or turns."
+    redacted_message = "an example of the tenant's dataset does not fit max_seq_len"
+
+
 class StoreError(FedtuneError):
     """An object store cannot be reached, or a key is missing or not allowed."""
 

@@ -24,7 +24,7 @@ from typing import Final
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from fedtune.core.errors import DataError
+from fedtune.core.errors import DataError, ExampleTooLong
 from fedtune.data.chat import chat_segments
 from fedtune.data.formats import Example
 from fedtune.data.templates import render_prompt
@@ -36,11 +36,6 @@ logger = logging.getLogger(__name__)
 IGNORE_INDEX: Final[int] = -100
 
 Encoded = dict[str, list[int]]
-
-
-class _TooLong(DataError):
-    """An example that cannot fit ``max_len``: skipped by :func:`encode_examples`, whereas
-    any other problem (a chat template that fails) stops it."""
 
 
 def bos_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -92,7 +87,7 @@ def encode_example(example: Example, tokenizer: PreTrainedTokenizerBase, max_len
     prompt = bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
     response = [*_ids(tokenizer, example.response), eos]
     if len(prompt) >= max_len:
-        raise _TooLong(
+        raise ExampleTooLong(
             f"prompt of {len(prompt)} tokens leaves no room for the response at "
             f"max_len={max_len} (instruction starts {example.instruction[:40]!r})",
             fix="Raise max_len or drop records with long instructions/inputs.",
@@ -113,7 +108,7 @@ def _encode_chat(example: Example, tokenizer: PreTrainedTokenizerBase, max_len: 
         labels += ids if trained else [IGNORE_INDEX] * len(ids)
     input_ids, labels = input_ids[:max_len], labels[:max_len]
     if all(label == IGNORE_INDEX for label in labels):
-        raise _TooLong(
+        raise ExampleTooLong(
             f"conversation leaves no assistant token within max_len={max_len} (last user turn "
             f"starts {example.instruction[:40]!r})",
             fix="Raise max_len or shorten the turns before the first assistant answer.",
@@ -135,7 +130,7 @@ def encode_examples(
     for example in examples:
         try:
             encoded.append(encode_example(example, tokenizer, max_len))
-        except _TooLong:
+        except ExampleTooLong:
             skipped += 1
     if skipped:
         logger.warning("skipped %d example(s) whose prompt exceeds max_len=%d", skipped, max_len)

@@ -30,7 +30,7 @@ def test_off_by_default_and_the_fingerprint_of_older_jobs_holds(tmp_path: Path) 
             "secure_aggregation", "differential_privacy",
         },
     )
-    for name in ("device", "precision", "gradient_checkpointing"):
+    for name in ("device", "precision", "gradient_checkpointing", "compile", "kernels"):
         del dump["training"][name]  # at their defaults: as before the fields existed
     for tenant in dump["tenants"]:
         del tenant["identity_key"], tenant["dp_sgd"]  # unset: as before the fields existed
