@@ -31,14 +31,16 @@ class _NoQueryStrings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(_cut(a) for a in record.args)
+            record.args = tuple(
+                without_query(a) if isinstance(a, str) else a for a in record.args
+            )
         return True
 
 
-def _cut(value: Any) -> Any:
-    if isinstance(value, str) and "?" in value:
-        return value.split("?", 1)[0] + "?<redacted>"
-    return value
+def without_query(text: str) -> str:
+    """``text`` with everything from its first ``?`` replaced: a pre-signed URL's query string
+    is a credential, and error texts and log lines may quote the URL."""
+    return text.split("?", 1)[0] + "?<redacted>" if "?" in text else text
 
 
 for _name in ("urllib3.connectionpool", "urllib3.util.retry"):
@@ -52,8 +54,7 @@ class _LabelledRetry(Retry):
     budget = 0  # retries in all, for the log line
 
     def new(self, **kw: Any) -> _LabelledRetry:
-        again = super().new(**kw)
-        assert isinstance(again, _LabelledRetry)
+        again = super().new(**kw)  # Retry.new builds type(self): a _LabelledRetry
         again.label, again.budget = self.label, self.budget
         return again
 
@@ -132,4 +133,4 @@ class RetryingClient:
         return Answer(status=response.status, body=response.data, requests=len(history) + 1)
 
 
-__all__ = ["Answer", "MaxRetryError", "RetryingClient"]
+__all__ = ["Answer", "MaxRetryError", "RetryingClient", "without_query"]

@@ -24,7 +24,7 @@ from typing import Any
 from fedtune.config.job import LimitsConfig
 from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
-from fedtune.core.http_retry import MaxRetryError, RetryingClient
+from fedtune.core.http_retry import MaxRetryError, RetryingClient, without_query
 from fedtune.engines import layout, steps
 from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
@@ -119,7 +119,7 @@ def _request(
     except MaxRetryError as exc:
         raise StoreUnavailable(
             f"store outage: {method} of exchange object {key!r} by pre-signed URL failed: "
-            f"{_reason(exc.reason)} ({attempts} attempt(s))",
+            f"{without_query(str(exc.reason or 'no answer'))} ({attempts} attempt(s))",
             fix="Check that the tenant namespace's network policy allows egress to the "
             "provider's object store endpoint.",
         ) from None
@@ -138,12 +138,6 @@ def _phrase(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-def _reason(error: Exception | None) -> str:
-    """Why urllib3 got no answer, without the URL it tried (its query string is a credential)."""
-    text = str(error or "no answer")
-    return text.split("?", 1)[0] + ("?<redacted>" if "?" in text else "")
 
 
 def read_urls(expected: tuple[list[str], list[str]]) -> dict[str, dict[str, str]]:
