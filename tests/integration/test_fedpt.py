@@ -28,6 +28,7 @@ from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.models import build_tiny_model, load_tokenizer
+from fedtune.models.prompt_frame import framed, read_template
 from fedtune.serving.mlflow_registry import ModelRegistry
 from fedtune.serving.refs import parse_model_spec
 from fedtune.tracking.base import NullTracker
@@ -147,13 +148,19 @@ def test_composite_and_small_model_are_registered_and_the_composite_decodes_eq3(
         AutoModelForCausalLM.from_pretrained(export / "small"), export / "small" / "adapter"
     ).eval()
     prompt = "Give three tips for staying healthy."
-    ids = tokenizer(prompt)["input_ids"]
+    # A bare instruction is served as training framed it: in the small model's saved template.
+    template = read_template(export / "small")
+    assert template is not None
+    ids = tokenizer(framed(prompt, template))["input_ids"]
     expected = proxy.generate(large, pre, tuned, ids, 1.0, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id)
     assert expected
     mlflow.set_tracking_uri(run["tracking_uri"])
     served = mlflow.pyfunc.load_model("models:/fpt@candidate")
-    got = served.predict(pd.DataFrame({"prompt": [prompt]}), params={"max_new_tokens": 8})
-    assert list(got) == [tokenizer.decode(expected, skip_special_tokens=True)]
+    answer = tokenizer.decode(expected, skip_special_tokens=True)
+    got = served.predict(
+        pd.DataFrame({"prompt": [prompt, framed(prompt, template)]}), params={"max_new_tokens": 8}
+    )
+    assert list(got) == [answer, answer]  # an already framed prompt is not framed twice
 
 
 def test_promoting_the_composite_to_kserve_says_what_to_serve_instead(run: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from fedtune.core.errors import ModelError
 from fedtune.models.hub import local_model_path
+from fedtune.models.prompt_frame import PROMPT_FILE
 from fedtune.models.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -245,14 +246,9 @@ def save_pretrained_dir(
     return out
 
 
-#: Beside every saved model: how a bare instruction is put to it, the template its training
-#: used (fedtune's Alpaca prompt without input), so served prompts read as trained ones did.
-PROMPT_FILE = "fedtune_prompt.json"
-
-
 def write_prompt_template(out: Path) -> None:
-    """Write :data:`PROMPT_FILE`; the serving code (``hf_pyfunc_model.py``, which cannot
-    import fedtune) formats each request's prompt with it."""
+    """Write :data:`~fedtune.models.prompt_frame.PROMPT_FILE`; the serving code formats each
+    request's prompt with it (:mod:`fedtune.models.prompt_frame`, shipped with the model)."""
     from fedtune.data.templates import ALPACA_PROMPT_NO_INPUT
 
     text = json.dumps({"template": ALPACA_PROMPT_NO_INPUT, "field": "instruction"}, indent=2)

@@ -25,7 +25,6 @@ from mlflow.pyfunc.model import PythonModel, PythonModelContext
 
 HF_ARTIFACT = "hf_dir"
 ADAPTER_SUBDIR = "adapter"
-PROMPT_FILE = "fedtune_prompt.json"  # must match fedtune.models.loading.PROMPT_FILE
 DEFAULT_MAX_NEW_TOKENS = 64
 
 
@@ -47,7 +46,10 @@ class HFTextGenerator(PythonModel):
             model = PeftModel.from_pretrained(model, adapter)
         model.eval()
         self.model = model
-        self.template = _template(path)
+        # Shipped with the model (MLflow code_paths): fedtune.models.prompt_frame.
+        from fedtune_prompt_frame import read_template
+
+        self.template = read_template(path)
 
     # ``model_input`` is annotated as a DataFrame on purpose: MLflow turns list[...] hints into
     # the model's signature (replacing the explicit one and its ``max_new_tokens`` param),
@@ -69,6 +71,7 @@ class HFTextGenerator(PythonModel):
             The generated text after each prompt, special tokens removed.
         """
         import torch
+        from fedtune_prompt_frame import framed
 
         if hasattr(model_input, "columns"):
             prompts = [str(p) for p in model_input["prompt"].tolist()]
@@ -82,7 +85,7 @@ class HFTextGenerator(PythonModel):
         outputs: list[str] = []
         # One prompt at a time: no padding side effects, and serving batches are small.
         for prompt in prompts:
-            enc = tok(_framed(prompt, self.template), return_tensors="pt")
+            enc = tok(framed(prompt, self.template), return_tensors="pt")
             with torch.no_grad():
                 generated = self.model.generate(
                     **enc, max_new_tokens=max_new, do_sample=False, pad_token_id=pad_id
@@ -90,25 +93,6 @@ class HFTextGenerator(PythonModel):
             new_tokens = generated[0, enc["input_ids"].shape[1] :]
             outputs.append(str(tok.decode(new_tokens, skip_special_tokens=True)))
         return outputs
-
-
-def _template(path: Path) -> str | None:
-    """The prompt template saved with the model, if any."""
-    import json
-
-    file = path / PROMPT_FILE
-    if not file.is_file():
-        return None
-    template = json.loads(file.read_text(encoding="utf-8")).get("template")
-    return template if isinstance(template, str) and "{instruction}" in template else None
-
-
-def _framed(prompt: str, template: str | None) -> str:
-    """``prompt`` as the instruction of ``template``; unchanged without one, or when the
-    caller already sent a prompt in that template (its fixed opening)."""
-    if template is None or prompt.startswith(template.split("{instruction}", 1)[0]):
-        return prompt
-    return template.replace("{instruction}", prompt)
 
 
 mlflow.models.set_model(HFTextGenerator())

@@ -104,24 +104,31 @@ def is_proxy_dir(model_dir: Path) -> bool:
 
 def _model_code(model_dir: Path, tmp: Path) -> dict[str, Any]:
     """``save_model`` arguments of the model code that loads ``model_dir``."""
+    # The prompt framing (and FedPT's decoding routine) travel with the model under names
+    # that cannot clash with the serving image's own modules.
+    from fedtune.models import prompt_frame
+
+    code = tmp / "code"
+    code.mkdir(parents=True)
+    frame = code / prompt_frame.SHIPPED_NAME
+    frame.write_text(Path(prompt_frame.__file__).read_text())
     if not is_proxy_dir(model_dir):
         with_peft = (model_dir / "adapter" / "adapter_config.json").is_file()
         return {
             "python_model": str(MODEL_CODE),
             "artifacts": {HF_ARTIFACT: str(model_dir)},
             "pip_requirements": model_requirements(with_peft),
+            "code_paths": [str(frame)],
         }
-    # The decoding routine travels with the model under a name that cannot clash.
     from fedtune.models import proxy_decoding as decoding
 
-    shipped = tmp / "code" / "fedtune_fedpt_decoding.py"
-    shipped.parent.mkdir(parents=True)
+    shipped = code / "fedtune_fedpt_decoding.py"
     shipped.write_text(Path(decoding.__file__).read_text())
     return {
         "python_model": str(PROXY_MODEL_CODE),
         "artifacts": {PROXY_ARTIFACT: str(model_dir)},
         "pip_requirements": model_requirements(with_peft=True),
-        "code_paths": [str(shipped)],
+        "code_paths": [str(shipped), str(frame)],
     }
 
 

@@ -5,7 +5,9 @@ fedtune import, no pickle). The artifact is the directory FedPT exports: ``fedpt
 and the parts), ``large/`` (the large model), ``small/`` (the small base model, its tokenizer
 and ``adapter/``). Generation is ``fedtune_fedpt_decoding.generate_tokens``, a copy of
 ``fedtune.models.proxy_decoding`` shipped with the model (MLflow ``code_paths``): greedy
-decoding on ``z_large + alpha * (z_small_ft - z_small_pre)`` with a KV cache per model.
+decoding on ``z_large + alpha * (z_small_ft - z_small_pre)`` with a KV cache per model. Each
+prompt is put in the template the small model was trained with (``fedtune_prompt.json`` in
+``small/``, read by ``fedtune_prompt_frame``, also shipped), as ``hf_pyfunc_model.py`` does.
 
 Input: a table with a ``prompt`` column. Output: one continuation per prompt.
 """
@@ -48,6 +50,9 @@ class ProxyTunedGenerator(PythonModel):
         tuned: Any = AutoModelForCausalLM.from_pretrained(small)
         self.tuned = PeftModel.from_pretrained(tuned, small / "adapter").eval()
         self.vocab_size = len(self.tokenizer)
+        from fedtune_prompt_frame import read_template
+
+        self.template = read_template(small)
 
     # ``model_input`` is a DataFrame on purpose (see hf_pyfunc_model.py).
     def predict(
@@ -59,6 +64,7 @@ class ProxyTunedGenerator(PythonModel):
         """Generate a continuation for each prompt (``max_new_tokens`` param, default 64)."""
         import torch
         from fedtune_fedpt_decoding import CachedDecoder, generate_tokens
+        from fedtune_prompt_frame import framed
 
         if hasattr(model_input, "columns"):
             prompts = [str(p) for p in model_input["prompt"].tolist()]
@@ -69,7 +75,7 @@ class ProxyTunedGenerator(PythonModel):
         max_new = int((params or {}).get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
         outputs: list[str] = []
         for prompt in prompts:
-            ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"]
+            ids = self.tokenizer(framed(prompt, self.template), return_tensors="pt")["input_ids"]
             decoders = [CachedDecoder(m, self.vocab_size) for m in (self.large, self.pre, self.tuned)]
             with torch.no_grad():
                 new = generate_tokens(

@@ -9,8 +9,8 @@ import pytest
 
 from fedtune.core.errors import ModelError
 from fedtune.models.builtin_bases import SCHEME, available, base_dir
-from fedtune.models.loading import PROMPT_FILE, load_pretrained, save_pretrained_dir
-from fedtune.tracking import hf_pyfunc_model
+from fedtune.models.loading import load_pretrained, save_pretrained_dir
+from fedtune.models.prompt_frame import PROMPT_FILE, framed, read_template
 
 BASES = available()
 #: What a shipped base may weigh in all: it is in every install and every image.
@@ -76,10 +76,10 @@ def test_every_saved_model_carries_its_training_prompt_and_serving_frames_prompt
 
     model, tokenizer = load_pretrained("builtin://quickstart")
     out = save_pretrained_dir(model, tokenizer, tmp_path / "m")
-    template = hf_pyfunc_model._template(out)
+    template = read_template(out)
     assert template is not None and (out / PROMPT_FILE).is_file()
     instruction = "Is 'plum' an animal, a fruit or a color?"
     trained = render_prompt(to_example({"instruction": instruction, "response": "fruit"}))
-    assert hf_pyfunc_model._framed(instruction, template) == trained
-    assert hf_pyfunc_model._framed(trained, template) == trained  # already framed: kept
-    assert hf_pyfunc_model._framed(instruction, None) == instruction  # older models: as sent
+    assert framed(instruction, template) == trained
+    assert framed(trained, template) == trained  # already framed: kept
+    assert framed(instruction, None) == instruction  # older models: as sent
