@@ -134,7 +134,6 @@ def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], 
 
 def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
     large, small = _zero_shot_em(runs)
-    bar = f"≥ {MIN_LARGE_EM:g} and ≥ {MIN_RATIO:g}× small"
     if "" not in large or "" not in small:
         missing = " and ".join(n for n, d in (("large", large), ("small", small)) if "" not in d)
         return Premise(
@@ -160,11 +159,10 @@ def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
         status: Status = "fails"
     else:
         status = "holds" if categories else "not measured"
-    verdict = "holds" if overall_ok else "fails"
-    return Premise(
-        LARGE_KNOWS_MORE, status, numbers,
-        f"{numbers} ({bar}: {verdict}); {per_category}.",
-    )
+    ratio = f"{large[''] / small['']:.1f}×" if small[""] else "small 0"
+    bar = f"{ratio} small's; needs ≥ {MIN_LARGE_EM:g} and ≥ {MIN_RATIO:g}×: {'holds' if overall_ok else 'fails'}"
+    overall = f"large zero-shot EM {large['']:.3f} vs small {small['']:.3f}"
+    return Premise(LARGE_KNOWS_MORE, status, numbers, f"{overall} ({bar}); {per_category}.")
 
 
 def _synthesis(round_: Mapping[str, Any], key: str) -> float | None:
