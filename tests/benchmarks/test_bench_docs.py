@@ -75,9 +75,27 @@ def test_the_claims_summary_lists_every_tables_claims_with_the_same_verdict() ->
     ):
         for line in block.group(2).splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 6 and cells[-1] in {"reproduces", "reversed", "within noise", "differs", "single seed"}:
+            verdicts = {"reproduces", "reversed", "within noise", "differs", "single seed"}
+            if len(cells) == 6 and (cells[-1] in verdicts or cells[-1].startswith("no verdict: premise ")):
                 assert (cells[0], cells[-1], block.group(1)) in seen, (cells, block.group(1))
                 checked += 1
     assert checked == len(rows) > 20
     for row in rows:
         assert re.search(r"\]\((#[^)]+)\)", row[6]).group(1) in anchors, row[6]
+
+
+# Machine-load anecdotes and internal tracker numbers say nothing a reader can check or use.
+_NOT_FOR_READERS = re.compile(
+    r"\bissues? \d+|(?<![&\w])#\d+\b|load average|\bload \d|\bbusy\b|nice \d+"
+    r"|\b(?:other|this|\w+ other|by \w+) sessions?\b",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_the_docs_tell_no_machine_load_anecdotes_nor_tracker_numbers(page: Path) -> None:
+    """Hand-written prose and every generated block (rendered afresh from the JSONs, which
+    may record the machine's load) alike."""
+    text = regenerate(page.read_text("utf-8"), ROOT)
+    found = [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in _NOT_FOR_READERS.finditer(text)]
+    assert found == [], f"{page.name}: (line, text) {found}"

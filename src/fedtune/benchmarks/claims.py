@@ -21,6 +21,12 @@ is better), and ``m`` the claim's margin:
   outside it, else ``within noise``;
 - ``single seed``: fewer than two paired seeds, so no interval (an ``equal`` claim whose one
   difference is within ``t`` still reproduces: it is exact, not statistical).
+
+**Premises** (:mod:`fedtune.benchmarks.premises`). A claim about a method whose paper assumes
+a setting (FedPT and FedMKT: a large model that knows more; FewFedPIT: synthetic data used)
+gets ``no verdict: premise false (numbers)`` where the runs show that setting absent, and
+``no verdict: premise not measured`` where they do not record it; its interval is still
+reported, and the rule's verdict kept as ``interval_verdict``.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fedtune.benchmarks.paired import paired_difference
+from fedtune.benchmarks.premises import Premise, measure, premise_of
 
-__all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims", "final_values", "verdict"]
+__all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims", "final_values", "premised_verdict", "verdict"]
 
 _METRIC: Final = "em"
 #: Metrics where the better method has the lower value.
@@ -64,6 +71,13 @@ class Claim:
         margin = f" {'+' if lower else '-'} {self.margin:g}" if self.margin else ""
         prefix = "" if self.metric == _METRIC else f"{self.metric}: "
         return f"{prefix}{self.better} {op} {self.worse}{margin}"
+
+    @property
+    def premises(self) -> tuple[str, ...]:
+        """The premises the claim rests on: those of its two methods
+        (:func:`fedtune.benchmarks.premises.premise_of`)."""
+        found = (premise_of(self.better), premise_of(self.worse))
+        return tuple(dict.fromkeys(p for p in found if p is not None))
 
 
 PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
@@ -190,6 +204,18 @@ def verdict(claim: Claim, gain_low: float, gain_high: float, n: int) -> str:
     return "within noise"
 
 
+def premised_verdict(claim: Claim, rule: str, premises: Mapping[str, Premise]) -> str:
+    """``rule`` (the interval's verdict) where every premise of ``claim`` holds, else why
+    there is none."""
+    found = [premises[name] for name in claim.premises]
+    false = [p.numbers for p in found if p.status == "fails"]
+    if false:
+        return f"no verdict: premise false ({'; '.join(false)})"
+    if any(p.status != "holds" for p in found):
+        return "no verdict: premise not measured"
+    return rule
+
+
 def final_values(runs: Sequence[Mapping[str, Any]], method: str, metric: str) -> dict[int | None, float]:
     """``metric`` of ``method``'s final round, by seed (empty if it did not run or lacks it)."""
     return {
@@ -206,6 +232,7 @@ def evaluate_claims(
     ``runs``) with its metric. ``difference`` is better's minus worse's mean over the paired
     seeds, in the metric's units, with its 95% interval ``low``..``high``."""
     out = []
+    premises = measure(runs)
     for claim in claims:
         paired = paired_difference(
             final_values(runs, claim.better, claim.metric),
@@ -216,6 +243,7 @@ def evaluate_claims(
         lower = claim.metric in LOWER_IS_BETTER
         gain_low, gain_high = (-paired.high, -paired.low) if lower else (paired.low, paired.high)
         gain = -paired.mean if lower else paired.mean
+        rule = verdict(claim, gain_low, gain_high, paired.n)
         if claim.equal:
             holds = abs(paired.mean) <= (claim.margin or _EQUAL_TOLERANCE)
         else:
@@ -233,7 +261,9 @@ def evaluate_claims(
                 "n": paired.n,
                 "seeds": list(paired.seeds),
                 "holds_in_means": holds,
-                "verdict": verdict(claim, gain_low, gain_high, paired.n),
+                "interval_verdict": rule,
+                "premises": {name: premises[name].status for name in claim.premises},
+                "verdict": premised_verdict(claim, rule, premises),
             }
         )
     return out

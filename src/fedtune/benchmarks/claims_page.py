@@ -73,7 +73,9 @@ def claims_summary_markdown(blocks: Sequence[QualityBlock], root: Path) -> str:
     for block in blocks:
         results = json.loads((root / block.path).read_text("utf-8"))
         for claim in evaluate_claims(results.get("runs") or []):
-            counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1
+            # "no verdict: premise false (numbers)" counts as one kind, whatever the numbers.
+            kind = claim["verdict"].split(" (", 1)[0]
+            counts[kind] = counts.get(kind, 0) + 1
             lines.append(
                 f"| {_paper(claim['source'])} | {claim['claim']} | **{claim['verdict']}** | "
                 f"{claim['difference']:+.3f} | {_interval(claim)} | {claim.get('n', '-')} | "

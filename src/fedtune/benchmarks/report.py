@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
+from fedtune.benchmarks.premises import premise_lines
 
 __all__ = [
     "PLOT_METRICS",
@@ -61,7 +62,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     adapemu = any(_ADAPEMU in row["metrics"] for row in results["table"])
     # Differential privacy: epsilon at the runs' delta after the last round.
     private = any(_EPSILON in row["metrics"] for row in results["table"])
+    # The premises the table's paper claims rest on, with their numbers, above it.
+    premises = premise_lines(results["runs"])
     lines = [
+        *(premises + [""] if premises else []),
         (
             f"Final round {spec['rounds']}; mean ± std over seeds {list(spec['seeds'])} "
             f"(n = runs); exact match (EM) is greedy, per category, on "
@@ -418,11 +422,9 @@ def system_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load(load: Mapping[str, Any]) -> str:
-    return (
-        f"load average {load['loadavg_1m']:.1f} on {load['cpu_count']} cores, "
-        f"{load['mem_available_gib']:.1f} GiB available"
-    )
+def _machine(before: Mapping[str, Any]) -> str:
+    """The machine's size (its load, also recorded, is no property of what is measured)."""
+    return f"{before['cpu_count']} cores, {before['mem_available_gib']:.1f} GiB available before"
 
 
 def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
@@ -430,8 +432,7 @@ def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
     lines = [
         (
             f"**Peak memory per step kind** ({steps['description']}; one fresh process per "
-            f"cell, one at a time; machine before: {_load(steps['load_before'])}; after: "
-            f"{_load(steps['load_after'])}):"
+            f"cell, one at a time; machine: {_machine(steps['load_before'])}):"
         ),
         "",
         "| device | step | precision | checkpointing | peak MiB | model MiB | added by the step MiB "
@@ -645,13 +646,11 @@ def mined_markdown(results: Mapping[str, Any]) -> str:
 
 def kfp_local_markdown(results: Mapping[str, Any]) -> str:
     """kfp-local against the local engine, whole processes (:mod:`fedtune.benchmarks.kfp_local`)."""
-    load = results["load_average"]
     lines = [
         (
             f"**`fedtune run --engine kfp-local` vs `--engine local`** ({results['job']}; "
             f"whole-process wall time, best of {results['reps']} alternating repetitions, one "
-            f"torch thread per process, {results['cores']} cores shared with other work: load "
-            f"average {load['before']:.1f} before, {load['after']:.1f} after):"
+            f"torch thread per process, {results['cores']} cores):"
         ),
         "",
         "| run | best s | runs s | / local | aim |",

@@ -1,0 +1,214 @@
+"""The premises some papers' claims rest on, measured from a quality benchmark's runs.
+
+A comparison says something about a method only where the setting the paper assumes holds
+on the suite; where it does not, :func:`fedtune.benchmarks.claims.evaluate_claims` draws no
+verdict, and each table prints its premise with the numbers above it.
+
+- **The large model knows clearly more than the small ones** (FedPT, paper 002; FedMKT,
+  paper 003: both transfer the large model's knowledge). Holds when the large model's
+  zero-shot EM is at least :data:`MIN_LARGE_EM` and at least :data:`MIN_RATIO` times the
+  small one's, with at least one category the small model cannot do (EM at most
+  :data:`SMALL_CANNOT_EM`) and the large one can (at least :data:`MIN_LARGE_EM`).
+- **Synthetic data is used** (FewFedPIT, paper 004: its privacy and utility come from the
+  public parameters trained on synthetic data). Holds when more than :data:`MIN_SYNTHETIC_SHARE`
+  of the client steps of its runs (beta < 1) used at least one synthetic example.
+
+Reading the runs (every run's first record is round 0, the model before any training):
+the large model's zero-shot is the ``zero-shot`` run (``llm/em`` where the LLM is named,
+else ``em``; ``em/<category>``); the small model's is the ``zero-shot`` run's ``slm/em``, else
+the round-0 ``small/em`` of a run that records its small model (FedPT), else the round-0
+``em`` of a run training the small model (``fedavg-small``, ``standalone-small``), whose
+round-0 ``em/<category>`` gives the categories. Synthetic data: the per-round
+``synthesis/steps_with_synthetic``, ``synthesis/client_steps`` and ``synthesis/used``
+(or the same under ``clients/``), summed over every round of every FewFedPIT run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from fedtune.algorithms.fewfedpit.config import FewFedPITConfig
+from fedtune.benchmarks.methods import parse_method
+
+__all__ = [
+    "LARGE_KNOWS_MORE",
+    "MIN_LARGE_EM",
+    "MIN_RATIO",
+    "MIN_SYNTHETIC_SHARE",
+    "SMALL_CANNOT_EM",
+    "SYNTHETIC_USED",
+    "Premise",
+    "measure",
+    "premise_lines",
+    "premise_of",
+]
+
+LARGE_KNOWS_MORE: Final = "large model knows more"
+SYNTHETIC_USED: Final = "synthetic data used"
+#: The large model's zero-shot EM must reach this, overall and in a category small cannot do.
+MIN_LARGE_EM: Final = 0.25
+#: ... and be at least this many times the small model's.
+MIN_RATIO: Final = 2.0
+#: A category the small model "cannot do": its zero-shot EM there is at most this.
+SMALL_CANNOT_EM: Final = 0.05
+#: "Most client steps": more than this share used at least one synthetic example.
+MIN_SYNTHETIC_SHARE: Final = 0.5
+
+#: The algorithms whose claims rest on a premise (a method label's algorithm, before any
+#: ``@FIELD=VALUE``: :func:`fedtune.benchmarks.methods.parse_method`).
+_FAMILY_PREMISE: Final[dict[str, str]] = {
+    "fedpt": LARGE_KNOWS_MORE,
+    "fedavg-pt": LARGE_KNOWS_MORE,
+    "fedmkt": LARGE_KNOWS_MORE,
+    "fewfedpit": SYNTHETIC_USED,
+}
+_SMALL_RUNS: Final = ("fedavg-small", "standalone-small")
+_SYNTHESIS: Final = ("steps_with_synthetic", "client_steps", "used")
+
+Status = Literal["holds", "fails", "not measured"]
+
+
+@dataclass(frozen=True)
+class Premise:
+    """A premise as measured: ``status``, ``numbers`` (the deciding ones, short, for a
+    verdict) and ``detail`` (everything, for the line above the table)."""
+
+    name: str
+    status: Status
+    numbers: str
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """``Premise (large model knows more): **fails**. ...``, printed above the table."""
+        return f"Premise ({self.name}): **{self.status}**. {self.detail[:1].upper()}{self.detail[1:]}"
+
+
+def premise_of(method: str) -> str | None:
+    """The premise a claim about ``method`` (a run's label) rests on, or None.
+
+    FewFedPIT at beta = 1 uploads the private parameters bit for bit (paper 004, Algorithm
+    1, line 9): no synthetic data is involved, so its claims rest on none."""
+    parsed = parse_method(method)
+    if parsed.algorithm == "fewfedpit":
+        beta = parsed.params.get("beta", FewFedPITConfig.model_fields["beta"].default)
+        if float(beta) == 1.0:
+            return None
+    return _FAMILY_PREMISE.get(parsed.algorithm)
+
+
+def _first(runs: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> Mapping[str, Any] | None:
+    """Round 0 of the first run of one of ``methods`` (the model before training)."""
+    for run in runs:
+        if run["method"] in methods and run["rounds"]:
+            return run["rounds"][0]
+    return None
+
+
+def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """The large and small models' zero-shot EM: ``{"": overall, category: EM}`` each, with
+    what the runs do not record left out."""
+    large: dict[str, float] = {}
+    small: dict[str, float] = {}
+    zero = _first(runs, ["zero-shot"])
+    if zero is not None:
+        overall = zero.get("llm/em", zero.get("em"))
+        if overall is not None:
+            large[""] = float(overall)
+        large |= {k.split("/", 1)[1]: float(v) for k, v in zero.items() if k.startswith("em/")}
+        if "slm/em" in zero:
+            small[""] = float(zero["slm/em"])
+    if "" not in small:
+        proxy = next((r["rounds"][0] for r in runs if r["rounds"] and "small/em" in r["rounds"][0]), None)
+        if proxy is not None:
+            small[""] = float(proxy["small/em"])
+    trained = _first(runs, _SMALL_RUNS)
+    if trained is not None:
+        if "em" in trained:
+            small.setdefault("", float(trained["em"]))
+        small |= {k.split("/", 1)[1]: float(v) for k, v in trained.items() if k.startswith("em/")}
+    return large, small
+
+
+def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
+    large, small = _zero_shot_em(runs)
+    if "" not in large or "" not in small:
+        missing = " and ".join(n for n, d in (("large", large), ("small", small)) if "" not in d)
+        return Premise(
+            LARGE_KNOWS_MORE, "not measured", f"no zero-shot EM of the {missing} model",
+            f"These runs hold no zero-shot EM of the {missing} model.",
+        )
+    overall_ok = large[""] >= MIN_LARGE_EM and large[""] >= MIN_RATIO * small[""]
+    numbers = f"large zero-shot EM {large['']:.3f} vs small {small['']:.3f}"
+    categories = sorted(c for c in large if c and c in small)
+    if categories:
+        cannot = [c for c in categories if small[c] <= SMALL_CANNOT_EM and large[c] >= MIN_LARGE_EM]
+        per = ", ".join(f"{c} {large[c]:.2f} vs {small[c]:.2f}" for c in categories)
+        per_category = (
+            f"per category (large vs small): {per}; categories small cannot do "
+            f"(≤ {SMALL_CANNOT_EM:g}) and large can (≥ {MIN_LARGE_EM:g}): {', '.join(cannot) or 'none'}"
+        )
+    else:
+        cannot = []
+        per_category = "per category: small's not recorded"
+    if overall_ok and categories and not cannot:
+        numbers += "; no category small cannot do and large can"
+    if not overall_ok or (categories and not cannot):
+        status: Status = "fails"
+    else:
+        status = "holds" if categories else "not measured"
+    ratio = f"{large[''] / small['']:.1f}×" if small[""] else "small 0"
+    bar = f"{ratio} small's; needs ≥ {MIN_LARGE_EM:g} and ≥ {MIN_RATIO:g}×: {'holds' if overall_ok else 'fails'}"
+    overall = f"large zero-shot EM {large['']:.3f} vs small {small['']:.3f}"
+    return Premise(LARGE_KNOWS_MORE, status, numbers, f"{overall} ({bar}); {per_category}.")
+
+
+def _synthesis(round_: Mapping[str, Any], key: str) -> float | None:
+    for name in (f"synthesis/{key}", f"clients/synthesis/{key}"):
+        if name in round_:
+            return float(round_[name])
+    return None
+
+
+def _synthetic_used(runs: Sequence[Mapping[str, Any]]) -> Premise:
+    fewfedpit = [r for r in runs if premise_of(r["method"]) == SYNTHETIC_USED]
+    totals = dict.fromkeys(_SYNTHESIS, 0.0)
+    unrecorded = 0
+    for run in fewfedpit:
+        values = [(k, _synthesis(r, k)) for r in run["rounds"] for k in _SYNTHESIS]
+        if not any(k == "client_steps" and v is not None for k, v in values):
+            unrecorded += 1
+        for key, value in values:
+            totals[key] += value or 0.0
+    if not fewfedpit or unrecorded:
+        return Premise(
+            SYNTHETIC_USED, "not measured", "synthetic examples per client step not recorded",
+            f"Not recorded: {unrecorded} of the {len(fewfedpit)} FewFedPIT runs (beta < 1) lack "
+            "the count of client steps that used a synthetic example.",
+        )
+    steps, used_steps = totals["client_steps"], totals["steps_with_synthetic"]
+    share = used_steps / steps if steps else 0.0
+    status: Status = "holds" if share > MIN_SYNTHETIC_SHARE else "fails"
+    numbers = f"{used_steps:.0f} of {steps:.0f} client steps used ≥ 1 synthetic example"
+    return Premise(
+        SYNTHETIC_USED, status, numbers,
+        f"{numbers} ({100 * share:.0f} %; goal > {100 * MIN_SYNTHETIC_SHARE:.0f} %: {status}), "
+        f"{totals['used']:.0f} synthetic examples used in all, over {len(fewfedpit)} "
+        "FewFedPIT runs (beta < 1).",
+    )
+
+
+_MEASURE: Final = {LARGE_KNOWS_MORE: _large_knows_more, SYNTHETIC_USED: _synthetic_used}
+
+
+def measure(runs: Sequence[Mapping[str, Any]], names: Sequence[str] = tuple(_MEASURE)) -> dict[str, Premise]:
+    """Each premise of ``names`` as measured on ``runs`` (a quality benchmark's ``runs``)."""
+    return {name: _MEASURE[name](runs) for name in names}
+
+
+def premise_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The line of every premise a method of ``runs`` rests on, in a fixed order."""
+    names = [n for n in _MEASURE if any(premise_of(r["method"]) == n for r in runs)]
+    return [p.line for p in measure(runs, names).values()]

@@ -1,0 +1,179 @@
+"""Premises: measured from the runs, printed above the table, and no verdict where false.
+
+The verdict property is checked for every claim of the registry that rests on a premise,
+each with runs where its premise holds, fails and is not recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fedtune.benchmarks.claims import LOWER_IS_BETTER, PAPER_CLAIMS, Claim, evaluate_claims
+from fedtune.benchmarks.premises import (
+    LARGE_KNOWS_MORE,
+    MIN_LARGE_EM,
+    SYNTHETIC_USED,
+    measure,
+    premise_of,
+)
+from fedtune.benchmarks.quality import summarize
+from fedtune.benchmarks.report import quality_markdown
+
+Runs = dict[tuple[str, int | None], dict[str, Any]]
+GAINS = (0.10, 0.11, 0.12, 0.10, 0.11)  # per seed: every interval clearly above 0
+PREMISED = [c for c in PAPER_CLAIMS if c.premises]
+UNPREMISED = [c for c in PAPER_CLAIMS if not c.premises]
+
+
+def _run(runs: Runs, method: str, seed: int | None, rounds: int = 2) -> dict[str, Any]:
+    return runs.setdefault(
+        (method, seed),
+        {
+            "method": method,
+            "kind": "algorithm",
+            "seed": seed,
+            "seconds": 1.0,
+            "rounds": [{"round": float(r)} for r in range(rounds)],
+        },
+    )
+
+
+def _zero_shot(runs: Runs, large: float, large_arithmetic: float, small: float = 0.1) -> None:
+    """Zero-shot runs of the large model and round 0 of the small one's: small cannot do
+    arithmetic (0.0), does count better than large."""
+    (zero,) = _run(runs, "zero-shot", None, rounds=1)["rounds"]
+    zero.update({"em": large, "llm/em": large, "slm/em": small})
+    zero.update({"em/arithmetic": large_arithmetic, "em/count": 0.1})
+    for seed in range(len(GAINS)):
+        first = _run(runs, "fedavg-small", seed)["rounds"][0]
+        first.update({"em": small, "em/arithmetic": 0.0, "em/count": 0.2})
+
+
+def _synthetic(runs: Runs, steps_with_synthetic: int) -> None:
+    for run in runs.values():
+        if premise_of(run["method"]) == SYNTHETIC_USED:
+            for row in run["rounds"]:
+                row.update(
+                    {
+                        "synthesis/client_steps": 10.0,
+                        "synthesis/steps_with_synthetic": float(steps_with_synthetic),
+                        "synthesis/used": 3.0 * steps_with_synthetic,
+                    }
+                )
+
+
+def _claim_runs(claim: Claim, premise: str) -> list[dict[str, Any]]:
+    """Runs where ``claim``'s interval says ``reproduces``, with its premises ``premise``
+    (``holds``, ``fails`` or ``absent``)."""
+    runs: Runs = {}
+    if premise != "absent":
+        _zero_shot(runs, 0.5, 0.9) if premise == "holds" else _zero_shot(runs, 0.2, 0.3)
+    lower = claim.metric in LOWER_IS_BETTER
+    for seed, gain in enumerate(GAINS):
+        worse = runs.get((claim.worse, None)) or _run(runs, claim.worse, seed)
+        base = worse["rounds"][-1].setdefault(claim.metric, 0.3)
+        delta = 0.0 if claim.equal else gain + claim.margin
+        _run(runs, claim.better, seed)["rounds"][-1][claim.metric] = base - delta if lower else base + delta
+    if premise != "absent":
+        _synthetic(runs, 8 if premise == "holds" else 2)
+    return list(runs.values())
+
+
+@pytest.mark.parametrize("claim", PREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
+def test_a_claim_gets_a_verdict_only_where_its_premise_holds(claim: Claim) -> None:
+    (held,) = evaluate_claims(_claim_runs(claim, "holds"), [claim])
+    assert held["verdict"] == held["interval_verdict"] == "reproduces"
+    assert set(held["premises"].values()) == {"holds"}
+
+    (false,) = evaluate_claims(_claim_runs(claim, "fails"), [claim])
+    assert false["verdict"].startswith("no verdict: premise false (")
+    assert false["interval_verdict"] == "reproduces"
+    # The interval is still reported, the same as where the premise holds.
+    assert (false["low"], false["high"]) == pytest.approx((held["low"], held["high"]))
+    # 5 seeds x 2 rounds x 10 client steps of the one FewFedPIT method, 2 of 10 with synthetic.
+    expected = {LARGE_KNOWS_MORE: "(large zero-shot EM 0.200 vs small 0.100", SYNTHETIC_USED: "(20 of 100 client steps used"}
+    for name in claim.premises:
+        assert expected[name] in false["verdict"]
+
+    (unknown,) = evaluate_claims(_claim_runs(claim, "absent"), [claim])
+    assert unknown["verdict"] == "no verdict: premise not measured"
+    assert (unknown["low"], unknown["high"]) == pytest.approx((held["low"], held["high"]))
+
+
+@pytest.mark.parametrize("claim", UNPREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
+def test_a_claim_resting_on_no_premise_ignores_them(claim: Claim) -> None:
+    (result,) = evaluate_claims(_claim_runs(claim, "fails"), [claim])
+    assert result["verdict"] == result["interval_verdict"] == "reproduces"
+    assert result["premises"] == {}
+
+
+def test_the_papers_that_assume_a_setting_have_claims_resting_on_it() -> None:
+    sources = {name: {c.source.split(" ")[0] for c in PAPER_CLAIMS if name in c.premises}
+               for name in (LARGE_KNOWS_MORE, SYNTHETIC_USED)}
+    assert sources == {LARGE_KNOWS_MORE: {"FedPT", "FedMKT"}, SYNTHETIC_USED: {"FewFedPIT"}}
+    # beta = 1 uploads the private parameters bit for bit: no synthetic data involved.
+    assert premise_of("fewfedpit@beta=1") is None and premise_of("fewfedpit") == SYNTHETIC_USED
+
+
+@pytest.mark.parametrize(
+    ("large", "arithmetic", "small", "status"),
+    [
+        (MIN_LARGE_EM, MIN_LARGE_EM, MIN_LARGE_EM / 2, "holds"),  # both bars met exactly
+        (MIN_LARGE_EM - 0.01, 0.9, 0.05, "fails"),  # below 0.25
+        (0.5, 0.9, 0.26, "fails"),  # less than twice small's
+        (0.5, MIN_LARGE_EM - 0.01, 0.1, "fails"),  # no category small cannot do and large can
+    ],
+)
+def test_large_knows_more(large: float, arithmetic: float, small: float, status: str) -> None:
+    runs: Runs = {}
+    _zero_shot(runs, large, arithmetic, small)
+    premise = measure(list(runs.values()))[LARGE_KNOWS_MORE]
+    assert premise.status == status, premise.detail
+    assert f"large zero-shot EM {large:.3f} vs small {small:.3f}" in premise.numbers
+    assert f"arithmetic {arithmetic:.2f} vs 0.00" in premise.detail
+
+
+def test_large_knows_more_without_the_small_models_categories_is_not_measured() -> None:
+    runs: Runs = {}
+    _zero_shot(runs, 0.5, 0.9)
+    kept = [r for r in runs.values() if r["method"] == "zero-shot"]
+    assert measure(kept)[LARGE_KNOWS_MORE].status == "not measured"
+    no_zero_shot = [r for r in runs.values() if r["method"] != "zero-shot"]
+    premise = measure(no_zero_shot)[LARGE_KNOWS_MORE]
+    assert premise.status == "not measured" and "large" in premise.detail
+
+
+@pytest.mark.parametrize(("with_synthetic", "status"), [(6, "holds"), (5, "fails"), (0, "fails")])
+def test_synthetic_data_used_by_most_client_steps(with_synthetic: int, status: str) -> None:
+    runs: Runs = {}
+    for method in ("fewfedpit@beta=0", "fewfedpit@beta=0.5", "fewfedpit@beta=1", "fedavg"):
+        _run(runs, method, 0)
+    _synthetic(runs, with_synthetic)
+    premise = measure(list(runs.values()))[SYNTHETIC_USED]
+    assert premise.status == status
+    # Two runs (beta < 1) of two rounds of 10 client steps: beta = 1 synthesizes nothing.
+    assert premise.numbers == f"{4 * with_synthetic} of 40 client steps used ≥ 1 synthetic example"
+    for row in runs[("fewfedpit@beta=0", 0)]["rounds"]:  # one run that does not record it
+        del row["synthesis/client_steps"]
+    assert measure(list(runs.values()))[SYNTHETIC_USED].status == "not measured"
+
+
+def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
+    claim = next(c for c in PAPER_CLAIMS if c.better == "fedpt" and c.worse == "fedavg-small")
+    runs = _claim_runs(claim, "fails")
+    for run in runs:
+        for row in run["rounds"]:
+            row.setdefault("em", 0.3)
+            row.update({"local_em": row["em"], "test_loss": 1.0, "em/arithmetic": row["em"]})
+    results = {
+        "spec": {"rounds": 1, "seeds": list(range(len(GAINS)))},
+        "suite": {"test": {"records": 30}},
+        "categories": ["arithmetic"],
+        "runs": runs,
+        "table": summarize(runs),
+    }
+    text = quality_markdown(results)
+    premise = text.index("Premise (large model knows more): **fails**. Large zero-shot EM 0.200 vs small 0.100")
+    assert premise < text.index("| method |")
+    assert "| no verdict: premise false (large zero-shot EM 0.200 vs small 0.100) |" in text
