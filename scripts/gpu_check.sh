@@ -4,7 +4,9 @@
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
 #   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
 # SECTIONS: speed tests jobs steps accel (default all, in that order; on an H100 `speed steps` took
-# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call).
+# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call), and
+# speed33 (not in the default): issue 33's client-step variants (plain, liger, compile,
+# compile+liger) at the 1b shape and the 7b shape, in about SPEED33_BUDGET=330 s from the start.
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
 # bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
 # (peak memory per step kind on CUDA, ZeRO-3 rows; the rows so far in
@@ -13,9 +15,10 @@
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
 if [ -d .whl ]; then
+  SITE=${SITE:-/tmp/site}
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+    --target "$SITE" .whl/*.whl || exit 1
+  export PYTHONPATH=$SITE:$PWD/src:$PWD
 else
   export PYTHONPATH=$PWD/src:$PWD
 fi
@@ -52,6 +55,46 @@ timeout "$SPEED_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/ben
   --parts steps-memory --steps-devices cuda --steps-kinds client --steps-precisions bf16 \
   --record "$OUT/steps-memory-1b-gpu-speed-system.json" > "$OUT/speed.log" 2>&1
 echo "speed exit $?"; grep -E "steps memory|fedtune / bare|client step" "$OUT/speed.log"
+fi
+
+if want speed33; then
+# Issue 33: the client step in each variant against the bare eager PEFT loop (one fresh process
+# per variant, rows saved as they end), cheap variants first; the 1b rows with 10 steps and 2
+# pairs (the compile variants' first run compiles: ~60 s each on an H100), then the 7b shape
+# (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no checkpointing;
+# ~60 GB at the peak with both loops' models), with compile+liger only where the time is left.
+# Each command has its own timeout (timeout kills its whole process group: no stray child
+# keeps the GPU); a cell over SPEED33_CELL_TIMEOUT is recorded as an error and the next runs.
+# CPU dry run: SPEED33_DEVICES=cpu SPEED33_1B=tiny SPEED33_7B=tiny SPEED33_SIZES="--steps-set
+# speed_batch_size=2 --steps-set speed_seq_len=32 --steps-set speed_steps=2"
+echo "== issue 33: client-step variants (1b) and the 7b shape"
+BUDGET=${SPEED33_BUDGET:-330}
+CELL=${SPEED33_CELL_TIMEOUT:-130}
+speed33() {  # SHAPE VARIANTS RECORD TIMEOUT [--steps-set ...]
+  local shape=$1 variants=$2 record=$3 limit=$4
+  shift 4
+  if [ "$limit" -lt 30 ]; then echo "$shape $variants: skipped, ${limit} s left"; return; fi
+  COLUMNS=250 timeout "$limit" python3 -m fedtune.cli.main bench system --out "/tmp/bench33-$shape" \
+    --parts steps-memory --steps-devices "${SPEED33_DEVICES:-cuda}" --steps-kinds client \
+    --steps-precisions bf16 --steps-shape "$shape" --steps-variants "$variants" \
+    --steps-set memory_cells=false --steps-set speed_compiled_bare=false \
+    --steps-set timeout_s="$CELL" "$@" ${SPEED33_SIZES:-} \
+    --record "$OUT/$record" > "$OUT/${record%.json}.log" 2>&1
+  echo "$shape $variants exit $? at ${SECONDS} s"
+  grep -E "^client speed" "$OUT/${record%.json}.log"
+  [ -f "$OUT/$record" ] || cp "/tmp/bench33-$shape/system/step-memory.partial.json" \
+    "$OUT/${record%.json}.partial.json" 2>/dev/null
+}
+left() { echo $(( BUDGET - SECONDS - $1 )); }
+min() { echo $(( $1 < $2 ? $1 : $2 )); }
+speed33 "${SPEED33_1B:-1b}" plain,liger,compile,compile+liger steps-memory-1b-gpu-accel-system.json \
+  "$(min $((4 * CELL + 30)) "$(left 90)")" --steps-set speed_steps=10 --steps-set speed_reps=2
+# The 7b's compile+liger (32 layers to compile: ~2-3 min) only with that much time left.
+VARIANTS7=plain,liger CELL7=$CELL
+[ "$(left 0)" -ge 280 ] && VARIANTS7=plain,liger,compile+liger CELL7=200
+speed33 "${SPEED33_7B:-7b}" "$VARIANTS7" steps-memory-7b-gpu-system.json "$(left 0)" \
+  --steps-set timeout_s="$CELL7" --steps-set speed_batch_size=4 --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
+  --steps-set speed_reps=2
 fi
 
 if want steps; then
