@@ -59,41 +59,41 @@ fi
 
 if want speed33; then
 # Issue 33: the client step in each variant against the bare eager PEFT loop (one fresh process
-# per variant, rows saved as they end), cheap variants first; the 1b rows with 10 steps and 2
-# pairs (the compile variants' first run compiles: ~60 s each on an H100), then the 7b shape
-# (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no checkpointing;
-# ~60 GB at the peak with both loops' models), with compile+liger only where the time is left.
-# Each command has its own timeout (timeout kills its whole process group: no stray child
-# keeps the GPU); a cell over SPEED33_CELL_TIMEOUT is recorded as an error and the next runs.
+# per variant, rows saved as they end), cheap variants first: the 1b rows with 10 steps and 2
+# pairs (a compile variant's first run compiles: the bare loop's took 61 s on an H100), then
+# the 7b shape (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no
+# checkpointing; both loops' models and one step's activations, ~60 GB), with compile+liger
+# only where 200 s are left. Each command gets a share of SPEED33_BUDGET (seconds from the
+# script's start) as its speed_budget_s: a variant is cut at what is left (an error row) and
+# those after it are recorded as skipped, so the record is always written; `timeout` (which
+# kills its whole process group) is only the backstop.
 # CPU dry run: SPEED33_DEVICES=cpu SPEED33_1B=tiny SPEED33_7B=tiny SPEED33_SIZES="--steps-set
 # speed_batch_size=2 --steps-set speed_seq_len=32 --steps-set speed_steps=2"
 echo "== issue 33: client-step variants (1b) and the 7b shape"
 BUDGET=${SPEED33_BUDGET:-330}
-CELL=${SPEED33_CELL_TIMEOUT:-130}
-speed33() {  # SHAPE VARIANTS RECORD TIMEOUT [--steps-set ...]
+speed33() {  # SHAPE VARIANTS RECORD SECONDS [--steps-set ...]
   local shape=$1 variants=$2 record=$3 limit=$4
   shift 4
-  if [ "$limit" -lt 30 ]; then echo "$shape $variants: skipped, ${limit} s left"; return; fi
-  COLUMNS=250 timeout "$limit" python3 -m fedtune.cli.main bench system --out "/tmp/bench33-$shape" \
-    --parts steps-memory --steps-devices "${SPEED33_DEVICES:-cuda}" --steps-kinds client \
-    --steps-precisions bf16 --steps-shape "$shape" --steps-variants "$variants" \
-    --steps-set memory_cells=false --steps-set speed_compiled_bare=false \
-    --steps-set timeout_s="$CELL" "$@" ${SPEED33_SIZES:-} \
-    --record "$OUT/$record" > "$OUT/${record%.json}.log" 2>&1
+  if [ "$limit" -lt 40 ]; then echo "$shape $variants: skipped, ${limit} s left"; return; fi
+  COLUMNS=250 timeout $((limit + 10)) python3 -m fedtune.cli.main bench system \
+    --out "/tmp/bench33-$shape" --parts steps-memory --steps-devices "${SPEED33_DEVICES:-cuda}" \
+    --steps-kinds client --steps-precisions bf16 --steps-shape "$shape" \
+    --steps-variants "$variants" --steps-set memory_cells=false \
+    --steps-set speed_compiled_bare=false --steps-set speed_budget_s=$((limit - 20)) \
+    "$@" ${SPEED33_SIZES:-} --record "$OUT/$record" > "$OUT/${record%.json}.log" 2>&1
   echo "$shape $variants exit $? at ${SECONDS} s"
   grep -E "^client speed" "$OUT/${record%.json}.log"
   [ -f "$OUT/$record" ] || cp "/tmp/bench33-$shape/system/step-memory.partial.json" \
     "$OUT/${record%.json}.partial.json" 2>/dev/null
 }
 left() { echo $(( BUDGET - SECONDS - $1 )); }
-min() { echo $(( $1 < $2 ? $1 : $2 )); }
-speed33 "${SPEED33_1B:-1b}" plain,liger,compile,compile+liger steps-memory-1b-gpu-accel-system.json \
-  "$(min $((4 * CELL + 30)) "$(left 90)")" --steps-set speed_steps=10 --steps-set speed_reps=2
-# The 7b's compile+liger (32 layers to compile: ~2-3 min) only with that much time left.
-VARIANTS7=plain,liger CELL7=$CELL
-[ "$(left 0)" -ge 280 ] && VARIANTS7=plain,liger,compile+liger CELL7=200
+speed33 "${SPEED33_1B:-1b}" plain,liger,compile,compile+liger \
+  steps-memory-1b-gpu-accel-system.json "$(left 95)" \
+  --steps-set speed_steps=10 --steps-set speed_reps=2
+VARIANTS7=plain,liger
+[ "$(left 0)" -ge 200 ] && VARIANTS7=plain,liger,compile+liger
 speed33 "${SPEED33_7B:-7b}" "$VARIANTS7" steps-memory-7b-gpu-system.json "$(left 0)" \
-  --steps-set timeout_s="$CELL7" --steps-set speed_batch_size=4 --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
+  --steps-set speed_batch_size=4 --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
   --steps-set speed_reps=2
 fi
 

@@ -64,6 +64,16 @@ def test_variants_that_cannot_run_are_recorded_without_a_process(tmp_path: Path)
     assert not any((tmp_path / "cells").iterdir())  # no cell process wrote a report
 
 
+def test_variants_past_the_speed_budget_are_skipped_rows(tmp_path: Path) -> None:
+    """A lease's budget spent: the rest are recorded as out of time, no process started."""
+    results = measure(replace(TINY, speed_variants=("plain", "compile"), speed_budget_s=5.0),
+                      tmp_path / "cells")
+    rows = results["cpu_speed"]["variants"]
+    assert [r["variant"] for r in rows] == ["plain", "compile"]
+    assert all(r["skipped"].startswith("out of time: the speed budget of 5 s") for r in rows)
+    assert not any((tmp_path / "cells").iterdir())
+
+
 @pytest.mark.slow
 def test_variants_are_recorded_per_variant_and_saved_as_they_end(tmp_path: Path) -> None:
     partial = tmp_path / "partial.json"
@@ -88,7 +98,7 @@ def test_the_compile_variant_runs_fedtunes_step_compiled(monkeypatch: pytest.Mon
     # aot_eager traces and differentiates the graphs as inductor does, without generating code.
     monkeypatch.setenv(BACKEND_ENV, "aot_eager")
     row = measure_client_speed({**TINY.cell_base("cpu"), "precision": "bf16",
-                                "variant": "compile"})
+                                "variant": "compile", "speed_reps": 1})
     assert (row["variant"], row["compile"], row["kernels"]) == ("compile", True, "none")
     assert row["fedtune_tokens_per_s"] > 0 and row["first_run_s"] > 0
 

@@ -157,6 +157,7 @@ class StepMemorySpec:
     speed_reps: int = 3
     speed_variants: tuple[str, ...] = ("plain",)  # keys of VARIANTS, one fresh process each
     speed_compiled_bare: bool = True  # the torch.compile'd bare loop (CUDA, plain variant)
+    speed_budget_s: float = 86400.0  # wall time for all variants; later ones are skipped
     memory_cells: bool = True  # off: only the client speed (on CPU too, where asked for)
 
     @property
@@ -679,16 +680,22 @@ def _save_partial(results: Mapping[str, Any], path: Path | None) -> None:
 def _speed(spec: StepMemorySpec, device: str, into: dict[str, Any], out: Path, say: Log,
            save: Callable[[], None]) -> None:
     """The client speed per variant, one fresh process each, saved as each one ends:
-    ``into["variants"]``, and the plain one as ``into["client_speed"]`` (as before variants)."""
+    ``into["variants"]``, and the plain one as ``into["client_speed"]`` (as before variants).
+    Each process gets ``timeout_s`` or what is left of ``speed_budget_s``, whichever is less:
+    a variant over it is an error row, and the record is still written."""
     base = {**spec.cell_base(device), "kind": "client", "precision": "bf16",
             "checkpointing": False}
     into["variants"] = []
+    deadline = time.monotonic() + spec.speed_budget_s
     for variant in spec.speed_variants:
+        left = deadline - time.monotonic()
         reason = _skipped(variant, torch.device(device))  # no process for what cannot run
+        if reason is None and left < 10:
+            reason = f"out of time: the speed budget of {spec.speed_budget_s:.0f} s was spent"
         row = {"variant": variant, **(
             {"compile": VARIANTS[variant][0], "kernels": VARIANTS[variant][1], "device": device,
              "skipped": reason} if reason is not None
-            else run_fresh("speed", {**base, "variant": variant}, out, spec.timeout_s))}
+            else run_fresh("speed", {**base, "variant": variant}, out, min(spec.timeout_s, left)))}
         into["variants"].append(row)
         if variant == "plain":
             into["client_speed"] = row

@@ -452,7 +452,7 @@ def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
 
 # The steps-memory sizes --steps-set may change (the GPU script's budget rows).
 _STEPS_SETTABLE = ("speed_batch_size", "speed_seq_len", "speed_steps", "speed_reps",
-                   "speed_compiled_bare", "memory_cells", "timeout_s")
+                   "speed_compiled_bare", "speed_budget_s", "memory_cells", "timeout_s")
 
 
 def _steps_settings(spec: Any, items: list[str] | None) -> dict[str, Any]:
@@ -620,7 +620,8 @@ def _add_system(kinds: Any) -> None:
         action="append",
         metavar="FIELD=VALUE",
         help="a steps-memory size (repeatable): speed_batch_size, speed_seq_len, speed_steps, "
-        "speed_reps, timeout_s (per fresh process), speed_compiled_bare (true/false: the "
+        "speed_reps, timeout_s (per fresh process), speed_budget_s (seconds for all variants; "
+        "those left when it is spent are recorded as skipped), speed_compiled_bare (true/false: the "
         "torch.compile'd bare reference), memory_cells (false: only the client speed, on "
         "every device asked for)",
     )
