@@ -59,10 +59,12 @@ fi
 
 if want speed33; then
 # Issue 33: the client step in each variant against the bare eager PEFT loop (one fresh process
-# per variant, rows saved as they end), cheap variants first: the 1b rows with 10 steps and 2
+# per variant, rows saved as they end), cheap variants first (then compile+liger, the likeliest
+# to reach the goal, before compile): the 1b rows with 10 steps and 2
 # pairs (a compile variant's first run compiles: the bare loop's took 61 s on an H100), then
 # the 7b shape (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no
-# checkpointing; both loops' models and one step's activations, ~60 GB), with compile+liger
+# checkpointing; both loops' models and one step's activations, an estimated 60-75 GB: an
+# H200's 141 GB; on an 80 GB H100 add SPEED33_SIZES="--steps-set speed_batch_size=2"), with compile+liger
 # only where 200 s are left. Each command gets a share of SPEED33_BUDGET (seconds from the
 # script's start) as its speed_budget_s: a variant is cut at what is left (an error row) and
 # those after it are recorded as skipped, so the record is always written; `timeout` (which
@@ -87,7 +89,7 @@ speed33() {  # SHAPE VARIANTS RECORD SECONDS [--steps-set ...]
     "$OUT/${record%.json}.partial.json" 2>/dev/null
 }
 left() { echo $(( BUDGET - SECONDS - $1 )); }
-speed33 "${SPEED33_1B:-1b}" plain,liger,compile,compile+liger \
+speed33 "${SPEED33_1B:-1b}" plain,liger,compile+liger,compile \
   steps-memory-1b-gpu-accel-system.json "$(left 95)" \
   --steps-set speed_steps=10 --steps-set speed_reps=2
 VARIANTS7=plain,liger
