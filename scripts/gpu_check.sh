@@ -64,7 +64,7 @@ if want speed33; then
 # pairs (a compile variant's first run compiles: the bare loop's took 61 s on an H100), then
 # the 7b shape (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no
 # checkpointing; both loops' models and one step's activations, an estimated 60-75 GB: an
-# H200's 141 GB; on an 80 GB H100 add SPEED33_SIZES="--steps-set speed_batch_size=2"), with compile+liger
+# H200's 141 GB; on an 80 GB H100 set SPEED33_7B_BATCH=2), with compile+liger
 # only where 200 s are left. Each command gets a share of SPEED33_BUDGET (seconds from the
 # script's start) as its speed_budget_s: a variant is cut at what is left (an error row) and
 # those after it are recorded as skipped, so the record is always written; `timeout` (which
@@ -95,7 +95,7 @@ speed33 "${SPEED33_1B:-1b}" plain,liger,compile+liger,compile \
 VARIANTS7=plain,liger
 [ "$(left 0)" -ge 200 ] && VARIANTS7=plain,liger,compile+liger
 speed33 "${SPEED33_7B:-7b}" "$VARIANTS7" steps-memory-7b-gpu-system.json "$(left 0)" \
-  --steps-set speed_batch_size=4 --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
+  --steps-set speed_batch_size="${SPEED33_7B_BATCH:-4}" --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
   --steps-set speed_reps=2
 fi
 
