@@ -4,7 +4,9 @@
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
 #   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
 # SECTIONS: speed tests jobs steps accel (default all, in that order; on an H100 `speed steps` took
-# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call).
+# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call), and
+# speed33 (not in the default): issue 33's client-step variants (plain, liger, compile,
+# compile+liger) at the 1b shape and the 7b shape, in about SPEED33_BUDGET=330 s from the start.
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
 # bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
 # (peak memory per step kind on CUDA, ZeRO-3 rows; the rows so far in
@@ -13,9 +15,10 @@
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
 if [ -d .whl ]; then
+  SITE=${SITE:-/tmp/site}
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+    --target "$SITE" .whl/*.whl || exit 1
+  export PYTHONPATH=$SITE:$PWD/src:$PWD
 else
   export PYTHONPATH=$PWD/src:$PWD
 fi
@@ -52,6 +55,48 @@ timeout "$SPEED_TIMEOUT" python3 -m fedtune.cli.main bench system --out /tmp/ben
   --parts steps-memory --steps-devices cuda --steps-kinds client --steps-precisions bf16 \
   --record "$OUT/steps-memory-1b-gpu-speed-system.json" > "$OUT/speed.log" 2>&1
 echo "speed exit $?"; grep -E "steps memory|fedtune / bare|client step" "$OUT/speed.log"
+fi
+
+if want speed33; then
+# Issue 33: the client step in each variant against the bare eager PEFT loop (one fresh process
+# per variant, rows saved as they end), cheap variants first (then compile+liger, the likeliest
+# to reach the goal, before compile): the 1b rows with 10 steps and 2
+# pairs (a compile variant's first run compiles: the bare loop's took 61 s on an H100), then
+# the 7b shape (13.5 GB of bf16 weights per model, built on the GPU; batch 4 x 1024, no
+# checkpointing; both loops' models and one step's activations, an estimated 60-75 GB: an
+# H200's 141 GB; on an 80 GB H100 set SPEED33_7B_BATCH=2), with compile+liger
+# only where 200 s are left. Each command gets a share of SPEED33_BUDGET (seconds from the
+# script's start) as its speed_budget_s: a variant is cut at what is left (an error row) and
+# those after it are recorded as skipped, so the record is always written; `timeout` (which
+# kills its whole process group) is only the backstop.
+# CPU dry run: SPEED33_DEVICES=cpu SPEED33_1B=tiny SPEED33_7B=tiny SPEED33_SIZES="--steps-set
+# speed_batch_size=2 --steps-set speed_seq_len=32 --steps-set speed_steps=2"
+echo "== issue 33: client-step variants (1b) and the 7b shape"
+BUDGET=${SPEED33_BUDGET:-330}
+speed33() {  # SHAPE VARIANTS RECORD SECONDS [--steps-set ...]
+  local shape=$1 variants=$2 record=$3 limit=$4
+  shift 4
+  if [ "$limit" -lt 40 ]; then echo "$shape $variants: skipped, ${limit} s left"; return; fi
+  COLUMNS=250 timeout $((limit + 10)) python3 -m fedtune.cli.main bench system \
+    --out "/tmp/bench33-$shape" --parts steps-memory --steps-devices "${SPEED33_DEVICES:-cuda}" \
+    --steps-kinds client --steps-precisions bf16 --steps-shape "$shape" \
+    --steps-variants "$variants" --steps-set memory_cells=false \
+    --steps-set speed_compiled_bare=false --steps-set speed_budget_s=$((limit - 20)) \
+    "$@" ${SPEED33_SIZES:-} --record "$OUT/$record" > "$OUT/${record%.json}.log" 2>&1
+  echo "$shape $variants exit $? at ${SECONDS} s"
+  grep -E "^client speed" "$OUT/${record%.json}.log"
+  [ -f "$OUT/$record" ] || cp "/tmp/bench33-$shape/system/step-memory.partial.json" \
+    "$OUT/${record%.json}.partial.json" 2>/dev/null
+}
+left() { echo $(( BUDGET - SECONDS - $1 )); }
+speed33 "${SPEED33_1B:-1b}" plain,liger,compile+liger,compile \
+  steps-memory-1b-gpu-accel-system.json "$(left 95)" \
+  --steps-set speed_steps=10 --steps-set speed_reps=2
+VARIANTS7=plain,liger
+[ "$(left 0)" -ge 200 ] && VARIANTS7=plain,liger,compile+liger
+speed33 "${SPEED33_7B:-7b}" "$VARIANTS7" steps-memory-7b-gpu-system.json "$(left 0)" \
+  --steps-set speed_batch_size="${SPEED33_7B_BATCH:-4}" --steps-set speed_seq_len=1024 --steps-set speed_steps=4 \
+  --steps-set speed_reps=2
 fi
 
 if want steps; then

@@ -20,6 +20,10 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
 for project in $(ls .whl | cut -d- -f1 | sort | uniq -d); do
   ls .whl/"$project"-*.whl | sort | tail -n +2 | xargs rm -f
 done
+# training.kernels: liger (the `gpu` extra; not in the CPU .venv): pure Python (Triton
+# kernels), needs torch>=2.1.2 and triton>=2.3.1, which the GPU machine has (torch 2.11 with
+# triton 3.6); 0.8.5 patches transformers 5's Llama.
+python3 -m pip download --quiet --no-deps --only-binary=:all: -d .whl "liger-kernel==0.8.5"
 # Published as source only: built into pure-Python wheels here.
 $PIP wheel --quiet --no-deps -w .whl $(pinned deepspeed rouge-score)
 ls .whl

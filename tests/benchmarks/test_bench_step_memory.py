@@ -76,6 +76,10 @@ def test_client_speed_against_the_bare_loop_runs_on_the_cpu() -> None:
     """The GPU-only measurement's code, at a tiny shape on the CPU: no MFU without a GPU peak."""
     speed = measure_client_speed(TINY.cells("cpu")[0])
     assert speed["ratio"] > 0 and speed["fedtune_tokens_per_s"] > 0 and speed["bare_tokens_per_s"] > 0
+    # The plain variant (no compile, no kernels), with its first (untimed) run recorded.
+    assert (speed["variant"], speed["compile"], speed["kernels"]) == ("plain", False, "none")
+    assert speed["speedup"] == speed["fedtune_tokens_per_s"] / speed["bare_tokens_per_s"]
+    assert speed["first_run_s"] > 0 and speed["peak_mib"] is None
     assert speed["fedtune_mfu"] is None and speed["peak_bf16_flops"] is None
     shape = SHAPES["tiny"]
     # By hand: q, k, v, o (d x d) and gate, up, down (d x I) per layer, plus the LM head.
@@ -117,10 +121,10 @@ def test_cells_cover_every_kind_and_precision() -> None:
 
 def test_unknown_shape_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "system", "--out", str(tmp_path), "--preset", "ci", "--parts",
-                 "steps-memory", "--steps-shape", "7b"])
+                 "steps-memory", "--steps-shape", "13b"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "7b" in err and "1b" in err
+    assert "13b" in err and "1b" in err and "7b" in err
 
 
 def test_unknown_steps_device_is_a_clear_error(tmp_path: Path,

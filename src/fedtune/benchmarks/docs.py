@@ -11,7 +11,9 @@ A generated block sits between two markers; everything between them is rewritten
 The kind is ``quality``, ``system``, ``secagg``, ``mined``, ``kfp``, ``dpsgd`` (the ``*_markdown``
 renderers of :mod:`fedtune.benchmarks.report`), ``tokenmap``
 (:mod:`fedtune.benchmarks.token_mapping`), ``tenants``
-(:func:`fedtune.benchmarks.tenant_scale.tenant_scale_markdown`), or ``claims``: the page's summary of every paper
+(:func:`fedtune.benchmarks.tenant_scale.tenant_scale_markdown`), ``gpusystem`` (``system`` for a
+JSON only a GPU lease writes: until it is committed, the block says it is not measured yet), or
+``claims``: the page's summary of every paper
 claim, from all of its quality blocks (:mod:`fedtune.benchmarks.claims_page`; its path is the
 page itself). The commit is the JSON's ``commit``
 (written by ``fedtune bench``); JSONs measured before it was recorded name it in the marker
@@ -60,7 +62,10 @@ _RENDER: Final[dict[str, Callable[[Mapping[str, Any]], str]]] = {
     "dpsgd": dpsgd_markdown,
     "tokenmap": token_mapping_markdown,
     "tenants": tenant_scale_markdown,
+    "gpusystem": system_markdown,
 }
+# Kinds whose JSON may not exist yet (GPU rows): the block says so instead of failing.
+_GPU_ONLY: Final = ("gpusystem",)
 
 
 def _render(kind: str, path: str, commit: str | None, root: Path) -> str:
@@ -69,6 +74,12 @@ def _render(kind: str, path: str, commit: str | None, root: Path) -> str:
             f"generated block of unknown kind {kind!r} ({path})", fix=f"Use one of {list(_RENDER)}."
         )
     file = root / path
+    if kind in _GPU_ONLY and not file.is_file():
+        return (
+            f"Not yet measured on a GPU: `scripts/gpu_check.sh speed33` writes `{Path(path).name}` "
+            "on a GPU lease; committed as "
+            f"`{path}`, it fills this block (`python -m fedtune.benchmarks.docs --write`).\n"
+        )
     if not file.is_file():
         raise ConfigError(
             f"generated block names {path!r}, which does not exist",

@@ -429,7 +429,7 @@ def _machine(before: Mapping[str, Any]) -> str:
 
 def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
     """Peak memory and speed per step kind (:mod:`fedtune.benchmarks.step_memory`)."""
-    lines = [
+    lines = [] if not steps["rows"] else [
         (
             f"**Peak memory per step kind** ({steps['description']}; one fresh process per "
             f"cell, one at a time; machine: {_machine(steps['load_before'])}):"
@@ -440,7 +440,7 @@ def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
         "|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in steps["rows"]:
-        head = (
+        head = (  # (no rows: a speed-only run, no memory table)
             f"| {row['device']} | {row['kind']} | {row['precision']} | "
             f"{'on' if row['checkpointing'] else 'off'} |"
         )
@@ -458,10 +458,12 @@ def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
         "built models took. Tokens/s: CPU cells on one thread, steady steps (the first is "
         "not timed); generation counts the new tokens asked for.",
         "",
-    ]
+    ] if steps["rows"] else []
     gpu = steps["gpu"]
     if not gpu["measured"]:
         return lines + [f"GPU: {gpu['note']}.", ""]
+    if any(row.get("variant", "plain") != "plain" for row in gpu.get("variants", [])):
+        return lines + speed_variant_lines(steps["description"], gpu["variants"])
     speed = gpu["client_speed"]
     if "error" in speed:
         return lines + [f"GPU client-step speed: not measured ({speed['error']}).", ""]
@@ -489,6 +491,65 @@ def step_memory_lines(steps: Mapping[str, Any]) -> list[str]:
         *_compiled_row(speed.get("compiled_bare"), share),
         "",
         f"fedtune / bare time: **{speed['ratio']:.3f}** (aim <= 1.05; MFU aim >= 40 %).",
+        "",
+    ]
+
+
+def speed_variant_lines(description: str, rows: list[Mapping[str, Any]]) -> list[str]:
+    """The client step per variant (plain, ``training.compile``, ``training.kernels: liger``,
+    both), each against the bare eager PEFT loop measured in the same process
+    (:func:`fedtune.benchmarks.step_memory.measure_client_speed`)."""
+    from fedtune.benchmarks.step_memory import percent
+
+    measured = [r for r in rows if "fedtune_tokens_per_s" in r]
+    if not measured:
+        return ["GPU client-step speed: no variant measured ("
+                + "; ".join(f"{r['variant']}: {r.get('skipped') or r.get('error')}" for r in rows)
+                + ").", ""]
+    first = measured[0]
+    peak = first["peak_bf16_flops"]
+    lines = [
+        (
+            f"**Client step variants on {first['device']}** ({description.split(', random')[0]}; "
+            f"{first['precision']}, batch {first['batch_size']} x {first['seq_len']} tokens, "
+            f"{first['steps']} steps, {first['reps']} alternating pairs with the bare eager PEFT "
+            "loop in each variant's own process, best of each): model FLOPs per token "
+            f"{first['flops_per_token']:,} = `{first['flops_formula']}`; device peak "
+            + (f"{peak / 1e12:,.0f} TFLOP/s dense bf16." if peak else "unknown: no MFU.")
+        ),
+        "",
+        "| fedtune client step | tokens/s | MFU | x bare eager tokens/s | bare eager tokens/s "
+        "| bare eager MFU | first run s | peak MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        name = row["variant"]
+        if "fedtune_tokens_per_s" not in row:
+            reason = row.get("skipped") or row.get("error")
+            lines.append(f"| {name} | - | - | - | - | - | - | - ({reason}) |")
+            continue
+        peak_mib = row.get("peak_mib")
+        lines.append(
+            f"| {name} | {row['fedtune_tokens_per_s']:,.0f} | {percent(row['fedtune_mfu'])} | "
+            f"{row['speedup']:.2f} | {row['bare_tokens_per_s']:,.0f} | "
+            f"{percent(row['bare_mfu'])} | {row['first_run_s']:.1f} | "
+            + ("-" if peak_mib is None else f"{peak_mib:,.0f}") + " |"
+        )
+    for row in measured:
+        compiled = row.get("compiled_bare")
+        if compiled:
+            lines.append(
+                f"| (bare PEFT loop + `torch.compile`, reference) | {compiled['tokens_per_s']:,.0f} "
+                f"| {percent(compiled.get('mfu'))} | "
+                f"{compiled['tokens_per_s'] / row['bare_tokens_per_s']:.2f} | - | - | "
+                f"{compiled['first_run_s']:.1f} | - |"
+            )
+    return lines + [
+        "",
+        "First run: the variant's first client step of the process (compiling, for "
+        "`compile`; a process pays it once per model). Peak: both loops' models and steps "
+        "(`torch.cuda.max_memory_allocated`). Goals (issue 33, 1B shape): MFU >= 40 %, "
+        ">= 1.8x the bare eager loop's tokens/s.",
         "",
     ]
 

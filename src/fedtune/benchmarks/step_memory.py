@@ -23,11 +23,13 @@ libraries once (a fork that never ran torch, so each cell still starts clean), w
 the imports per cell.
 
 On CUDA the same cells run again, and the client step's tokens/s and MFU are measured against
-a bare PEFT loop (:func:`client_flops_per_token` gives the FLOPs formula).
+a bare PEFT loop (:func:`client_flops_per_token` gives the FLOPs formula), in the
+:data:`VARIANTS` asked for (``training.compile``, ``training.kernels: liger``, both).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -46,6 +48,8 @@ from fedtune.algorithms.fedbiot.alignment import AlignPlan, Pair, align
 from fedtune.benchmarks.jobs import ALL_LINEAR
 from fedtune.benchmarks.server_memory import reset_peak, status_kib
 from fedtune.config.job import TrainingConfig
+from fedtune.core.devices import check_acceleration
+from fedtune.core.errors import ConfigError
 from fedtune.eval.generation import generate_greedy
 from fedtune.eval.loss import lm_eval_loss
 from fedtune.models.lora import apply_lora, trainable_parameters
@@ -59,6 +63,7 @@ __all__ = [
     "NO_GPU",
     "SHAPES",
     "LlamaShape",
+    "VARIANTS",
     "StepMemorySpec",
     "client_flops_per_token",
     "measure",
@@ -74,6 +79,13 @@ _MIB: Final = 2**20
 KINDS: Final = ("client", "provider", "generate", "eval")
 TRAINING_KINDS: Final = ("client", "provider")  # the kinds gradient checkpointing applies to
 NO_GPU: Final = "no GPU available: GPU rows not measured"
+# The client step's speed variants: name -> (training.compile, training.kernels).
+VARIANTS: Final[dict[str, tuple[bool, str]]] = {
+    "plain": (False, "none"),
+    "compile": (True, "none"),
+    "liger": (False, "liger"),
+    "compile+liger": (True, "liger"),
+}
 
 # Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s), keyed by a part of
 # torch.cuda.get_device_name(); the longest matching key wins ("H100 PCIe" before "H100").
@@ -115,6 +127,8 @@ SHAPES: Final[dict[str, LlamaShape]] = {
     "1b": LlamaShape(2048, 16, 32, 5632, 32000),
     # The same family at a quarter of the width and half the depth (0.17 B): fits a busy CPU.
     "170m": LlamaShape(1024, 8, 16, 2816, 32000),
+    # Llama-2-7B's shape (6.74 B parameters): 13.5 GB of bf16 weights, built on the GPU.
+    "7b": LlamaShape(4096, 32, 32, 11008, 32000),
     # For the tests: the vocabulary keeps the embeddings the bulk, as in the real shapes.
     "tiny": LlamaShape(512, 2, 8, 1376, 32000),
 }
@@ -141,19 +155,28 @@ class StepMemorySpec:
     speed_seq_len: int = 1024
     speed_steps: int = 20
     speed_reps: int = 3
+    speed_variants: tuple[str, ...] = ("plain",)  # keys of VARIANTS, one fresh process each
+    speed_compiled_bare: bool = True  # the torch.compile'd bare loop (CUDA, plain variant)
+    speed_budget_s: float = 86400.0  # wall time for all variants; later ones are skipped
+    memory_cells: bool = True  # off: only the client speed (on CPU too, where asked for)
 
     @property
     def llama(self) -> LlamaShape:
         """The model shape named by ``shape``."""
         return SHAPES[self.shape]
 
-    def cells(self, device: str) -> list[dict[str, Any]]:
-        """One measurement each: kind x precision (x checkpointing for training kinds)."""
-        base = {
+    def cell_base(self, device: str) -> dict[str, Any]:
+        """What every cell on ``device`` shares: the shape and the sizes."""
+        return {
             "device": device,
             "shape": asdict(self.llama),
-            **{k: v for k, v in asdict(self).items() if k not in ("shape", "kinds", "precisions")},
+            **{k: v for k, v in asdict(self).items()
+               if k not in ("shape", "kinds", "precisions", "speed_variants")},
         }
+
+    def cells(self, device: str) -> list[dict[str, Any]]:
+        """One measurement each: kind x precision (x checkpointing for training kinds)."""
+        base = self.cell_base(device)
         cells = []
         for kind in self.kinds:
             for precision in self.precisions:
@@ -280,6 +303,8 @@ def _training_config(cell: Mapping[str, Any], runtime: Runtime, steps: int, batc
         device=runtime.device.type,  # type: ignore[arg-type]  # "cpu" or "cuda"
         precision=runtime.precision,  # type: ignore[arg-type]
         gradient_checkpointing=runtime.gradient_checkpointing,
+        compile=runtime.compile,
+        kernels=runtime.kernels,  # type: ignore[arg-type]  # "none" or "liger"
     )
 
 
@@ -403,35 +428,82 @@ def measure_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- GPU: the client step's speed against a bare PEFT loop --------------------------------------
+def _llama_globals() -> dict[str, Any]:
+    from transformers.models.llama import modeling_llama
+
+    return dict(vars(modeling_llama))
+
+
+@contextlib.contextmanager
+def _unpatched(originals: Mapping[str, Any]) -> Iterator[None]:
+    """Transformers' Llama module with ``originals`` put back for the duration: Liger patches
+    module globals (its RoPE replaces ``apply_rotary_pos_emb`` for every Llama in the
+    process), which the bare loop must not run with."""
+    from transformers.models.llama import modeling_llama
+
+    patched = {name: getattr(modeling_llama, name) for name in originals}
+    for name, value in originals.items():
+        setattr(modeling_llama, name, value)
+    try:
+        yield
+    finally:
+        for name, value in patched.items():
+            setattr(modeling_llama, name, value)
+
+
+def _skipped(variant: str, device: torch.device) -> str | None:
+    """Why ``variant`` cannot run on ``device`` here (liger-kernel missing, no CUDA, ...)."""
+    compile_forward, kernels = VARIANTS[variant]
+    try:
+        check_acceleration(compile_forward, kernels, device.type)
+    except ConfigError as exc:
+        return str(exc.args[0]) if exc.args else str(exc)
+    return None
+
+
 def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
-    """fedtune's client step (:func:`train_local`) against a bare PEFT loop on the same model
-    shape, batches and optimizer, alternating, ``speed_reps`` pairs after a warm-up each;
-    tokens/s (best of the reps) and MFU (:func:`client_flops_per_token`). On CUDA also the bare
-    loop under ``torch.compile`` (best of ``speed_reps`` after its compiling first run), as a
-    reference for what compilation would add; fedtune does not compile.
+    """fedtune's client step (:func:`train_local`) in the cell's ``variant`` (a key of
+    :data:`VARIANTS`: ``training.compile`` and/or ``training.kernels``) against a bare eager
+    PEFT loop on the same model shape, batches and optimizer, alternating, ``speed_reps``
+    pairs after a first run each (for ``compile`` that run compiles: ``first_run_s``);
+    tokens/s (best of the reps) and MFU (:func:`client_flops_per_token`). On CUDA, for the
+    plain variant, also the bare loop under ``torch.compile`` (best of ``speed_reps`` after
+    its compiling first run), as a reference. A variant this machine cannot run (liger-kernel
+    not installed, no GPU) is returned as ``skipped`` with the reason.
 
     Runs on any device (the tests run it on the CPU at a tiny shape); the benchmark calls it
-    only on CUDA.
+    on CUDA, and on the CPU only where asked for (``memory_cells`` off).
     """
     from peft import LoraConfig, get_peft_model
 
+    variant = cell.get("variant", "plain")
+    compile_forward, kernels = VARIANTS[variant]
     device = torch.device(cell["device"])
-    runtime = Runtime(device=device, precision=cell["precision"], gradient_checkpointing=False)
+    head = {"variant": variant, "compile": compile_forward, "kernels": kernels,
+            "device": str(device)}
+    reason = _skipped(variant, device)
+    if reason is not None:
+        return {**head, "skipped": reason}
+    runtime = Runtime(device=device, precision=cell["precision"], gradient_checkpointing=False,
+                      compile=compile_forward, kernels=kernels)
     tokenizer = load_tokenizer("builtin")
     shape = LlamaShape(**cell["shape"])
     batch, seq, steps = cell["speed_batch_size"], cell["speed_seq_len"], cell["speed_steps"]
     positions = max(256, seq)
     started = time.perf_counter()
-    model, params = _client_model(cell, shape, runtime, tokenizer, positions)
-    config = _training_config(cell, runtime, steps, batch, seq)
-    batches = _batches(shape, batch, seq, steps)
-    # The bare loop as a PyTorch + PEFT user writes it: its own model of the same shape.
+    # The bare loop as a PyTorch + PEFT user writes it: its own model of the same shape, built
+    # first (Liger replaces Llama's norm and MLP classes for models built after it).
     bare = get_peft_model(
         _base(shape, runtime, tokenizer, max_positions=positions),
         LoraConfig(r=cell["lora_r"], lora_alpha=2 * cell["lora_r"], lora_dropout=0.0,
                    target_modules=list(ALL_LINEAR), task_type="CAUSAL_LM"),
     )
     bare_params = [p for p in bare.parameters() if p.requires_grad]
+    before = _llama_globals()
+    model, params = _client_model(cell, shape, runtime, tokenizer, positions)
+    originals = {k: v for k, v in before.items() if _llama_globals().get(k) is not v}
+    config = _training_config(cell, runtime, steps, batch, seq)
+    batches = _batches(shape, batch, seq, steps)
     build_s = time.perf_counter() - started
     now = _clock(device)
 
@@ -443,17 +515,18 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     def bare_run() -> float:
         optimizer = torch.optim.AdamW(bare_params, lr=1e-4, weight_decay=0.0)
         bare.train()
-        started = now()
-        for item in batches:
-            moved = {k: v.to(device) for k, v in item.items()}
-            with runtime.autocast():
-                loss = bare(**moved).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        return now() - started
+        with _unpatched(originals):
+            started = now()
+            for item in batches:
+                moved = {k: v.to(device) for k, v in item.items()}
+                with runtime.autocast():
+                    loss = bare(**moved).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            return now() - started
 
-    fedtune_run(), bare_run()  # warm-up: kernels, allocator, caches
+    first_s, bare_first_s = fedtune_run(), bare_run()  # kernels, allocator, caches; compiling
     pairs = []
     for rep in range(cell["speed_reps"]):
         if rep % 2 == 0:
@@ -463,10 +536,11 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
             pairs.append((fedtune_run(), b))
     tokens = batch * seq * steps
     compiled: dict[str, float] | None = None
-    if device.type == "cuda":  # a reference, not fedtune: what torch.compile makes of the bare loop
+    if device.type == "cuda" and variant == "plain" and cell.get("speed_compiled_bare", True):
+        # A reference, not fedtune: what torch.compile makes of the bare loop.
         bare = torch.compile(bare)  # type: ignore[assignment]  # bare_run reads this binding
-        first_s = bare_run()  # compiles
-        compiled = {"first_run_s": first_s,
+        compiled_first_s = bare_run()  # compiles
+        compiled = {"first_run_s": compiled_first_s,
                     "tokens_per_s": tokens / min(bare_run() for _ in range(cell["speed_reps"]))}
     frozen = sum(p.numel() for n, p in model.named_parameters()
                  if p.dim() == 2 and not p.requires_grad and "embed_tokens" not in n)
@@ -481,6 +555,7 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
     if compiled is not None and peak:
         compiled["mfu"] = mfu(compiled["tokens_per_s"], flops, peak)
     return {
+        **head,
         "device": name,
         "precision": cell["precision"],
         "batch_size": batch,
@@ -488,6 +563,8 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "reps": cell["speed_reps"],
         "build_s": build_s,
+        "first_run_s": first_s,
+        "bare_first_run_s": bare_first_s,
         "frozen_matmul_parameters": frozen,
         "trainable": trainable,
         "flops_per_token": flops,
@@ -495,12 +572,34 @@ def measure_client_speed(cell: Mapping[str, Any]) -> dict[str, Any]:
         "peak_bf16_flops": peak,
         "fedtune_tokens_per_s": fedtune_tps,
         "bare_tokens_per_s": bare_tps,
+        "speedup": fedtune_tps / bare_tps,  # the variant's best tokens/s over the bare loop's
         "ratio": statistics.median(f / b for f, b in pairs),  # fedtune time / bare time
         "fedtune_mfu": mfu(fedtune_tps, flops, peak) if peak else None,
         "bare_mfu": mfu(bare_tps, flops, peak) if peak else None,
         "pairs": [{"fedtune": f, "bare": b} for f, b in pairs],
         "compiled_bare": compiled,
+        # Both loops' models and the step's peak (CUDA): what the shape needs on the card.
+        "peak_mib": torch.cuda.max_memory_allocated(device) / _MIB if device.type == "cuda" else None,
     }
+
+
+def percent(value: float | None) -> str:
+    """A share as ``12.3 %`` (``-`` where unknown: no MFU off a GPU in the peak table)."""
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def speed_summary(row: Mapping[str, Any]) -> str:
+    """One line per speed row, for logs."""
+    label = f"client speed {row.get('device', '?')} {row.get('variant', 'plain')}"
+    if "skipped" in row:
+        return f"{label}: skipped ({row['skipped']})"
+    if "error" in row:
+        return f"{label}: error ({row['error']})"
+    return (f"{label}: fedtune {row['fedtune_tokens_per_s']:,.0f} tokens/s (MFU "
+            f"{percent(row['fedtune_mfu'])}), bare eager {row['bare_tokens_per_s']:,.0f} "
+            f"(MFU {percent(row['bare_mfu'])}), x{row['speedup']:.2f}; first run "
+            f"{row['first_run_s']:.1f} s, build {row['build_s']:.1f} s"
+            + (f", peak {row['peak_mib']:,.0f} MiB" if row.get("peak_mib") else ""))
 
 
 # -- orchestration -------------------------------------------------------------------------------
@@ -578,6 +677,32 @@ def _save_partial(results: Mapping[str, Any], path: Path | None) -> None:
     scratch.replace(path)
 
 
+def _speed(spec: StepMemorySpec, device: str, into: dict[str, Any], out: Path, say: Log,
+           save: Callable[[], None]) -> None:
+    """The client speed per variant, one fresh process each, saved as each one ends:
+    ``into["variants"]``, and the plain one as ``into["client_speed"]`` (as before variants).
+    Each process gets ``timeout_s`` or what is left of ``speed_budget_s``, whichever is less:
+    a variant over it is an error row, and the record is still written."""
+    base = {**spec.cell_base(device), "kind": "client", "precision": "bf16",
+            "checkpointing": False}
+    into["variants"] = []
+    deadline = time.monotonic() + spec.speed_budget_s
+    for variant in spec.speed_variants:
+        left = deadline - time.monotonic()
+        reason = _skipped(variant, torch.device(device))  # no process for what cannot run
+        if reason is None and left < 10:
+            reason = f"out of time: the speed budget of {spec.speed_budget_s:.0f} s was spent"
+        row = {"variant": variant, **(
+            {"compile": VARIANTS[variant][0], "kernels": VARIANTS[variant][1], "device": device,
+             "skipped": reason} if reason is not None
+            else run_fresh("speed", {**base, "variant": variant}, out, min(spec.timeout_s, left)))}
+        into["variants"].append(row)
+        if variant == "plain":
+            into["client_speed"] = row
+        save()
+        say(speed_summary(row))
+
+
 def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None,
             partial: Path | None = None) -> dict[str, Any]:
     """Every CPU cell (unless ``spec.cpu`` is off), one at a time; then the CUDA cells and the
@@ -598,7 +723,7 @@ def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None,
         ["cuda"] if spec.gpu and torch.cuda.is_available() else []
     )
     for device in devices:
-        for cell in spec.cells(device):
+        for cell in spec.cells(device) if spec.memory_cells else []:
             label = f"{cell['kind']} {cell['precision']}" + (" ckpt" if cell["checkpointing"] else "")
             available = machine_load()["mem_available_gib"]
             needed = _needed_gib(cell, spec.llama)
@@ -615,12 +740,14 @@ def measure(spec: StepMemorySpec, out_dir: str | Path, log: Log | None = None,
                 + (f"peak {row['peak_mib']:,.0f} MiB, {row['tokens_per_s']:,.1f} tokens/s"
                    if "peak_mib" in row else str(row.get("error", "no peak on this system"))))
     if "cuda" in devices:
-        cell = {**spec.cells("cuda")[0], "precision": "bf16", "checkpointing": False}
-        results["gpu"] = {"measured": True,
-                          "client_speed": run_fresh("speed", cell, out, spec.timeout_s)}
+        results["gpu"] = {"measured": True}
+        _speed(spec, "cuda", results["gpu"], out, say, lambda: _save_partial(results, partial))
     else:
         results["gpu"] = {"measured": False, "note": NO_GPU}
         say(NO_GPU)
+    if "cpu" in devices and not spec.memory_cells:  # speed only, asked for on the CPU
+        results["cpu_speed"] = {}
+        _speed(spec, "cpu", results["cpu_speed"], out, say, lambda: _save_partial(results, partial))
     results["load_after"] = machine_load()
     return results
 

@@ -432,11 +432,51 @@ def _steps_subset(spec: Any, args: argparse.Namespace) -> Any:
                 fix="Run it on a machine with a GPU, or add cpu (--steps-devices cpu,cuda).",
             )
         changes.update(cpu="cpu" in devices, gpu="cuda" in devices)
+    if args.steps_variants is not None:
+        from fedtune.benchmarks.step_memory import VARIANTS
+
+        names = _names(args.steps_variants)
+        if not names or set(names) - set(VARIANTS):
+            raise ConfigError(
+                f"unknown --steps-variants {args.steps_variants!r}",
+                fix=f"Use some of: {','.join(VARIANTS)} (comma-separated).",
+            )
+        changes["speed_variants"] = tuple(dict.fromkeys(names))  # in the order asked
+    changes.update(_steps_settings(spec.steps_memory, args.steps_set))
     if not changes:
         return spec
     return dataclasses.replace(
         spec, steps_memory=dataclasses.replace(spec.steps_memory, **changes)
     )
+
+
+# The steps-memory sizes --steps-set may change (the GPU script's budget rows).
+_STEPS_SETTABLE = ("speed_batch_size", "speed_seq_len", "speed_steps", "speed_reps",
+                   "speed_compiled_bare", "speed_budget_s", "memory_cells", "timeout_s")
+
+
+def _steps_settings(spec: Any, items: list[str] | None) -> dict[str, Any]:
+    """``--steps-set FIELD=VALUE`` options, each of the field's type (YAML scalars)."""
+    changes: dict[str, Any] = {}
+    for item in items or []:
+        field, sep, raw = item.partition("=")
+        value: Any = yaml.safe_load(raw) if sep else None
+        default = getattr(spec, field, None) if field in _STEPS_SETTABLE else None
+        kind = type(default)
+        if kind is bool:
+            fits = isinstance(value, bool)
+        else:  # a positive number of the field's type (an int where a float is asked)
+            number = isinstance(value, (int, float) if kind is float else kind)
+            fits = number and not isinstance(value, bool) and value > 0
+        if default is None or not fits:
+            raise ConfigError(
+                f"--steps-set {item!r} is not FIELD=VALUE with a known field and a value of "
+                "its type",
+                fix=f"Write e.g. --steps-set speed_steps=10; fields: {', '.join(_STEPS_SETTABLE)} "
+                "(positive numbers; true/false for speed_compiled_bare and memory_cells).",
+            )
+        changes[field] = value
+    return changes
 
 
 def _cuda_available() -> bool:
@@ -547,8 +587,8 @@ def _add_system(kinds: Any) -> None:
     p.add_argument(
         "--steps-shape",
         metavar="SHAPE",
-        help="model shape of the steps-memory part: 1b (the default), 170m (the same family, "
-        "for a busy CPU), tiny (tests)",
+        help="model shape of the steps-memory part: 1b (the default), 7b (Llama-2-7B's; a "
+        "GPU's), 170m (the same family, for a busy CPU), tiny (tests)",
     )
     p.add_argument(
         "--steps-devices",
@@ -566,6 +606,24 @@ def _add_system(kinds: Any) -> None:
         "--steps-precisions",
         metavar="PRECISIONS",
         help="precisions of the steps-memory part (default both): fp32, bf16",
+    )
+    p.add_argument(
+        "--steps-variants",
+        metavar="VARIANTS",
+        help="client-speed variants of the steps-memory part (default plain): plain, compile "
+        "(training.compile), liger (training.kernels: liger), compile+liger; each in a fresh "
+        "process against the bare eager PEFT loop; one the machine cannot run is recorded as "
+        "skipped with the reason",
+    )
+    p.add_argument(
+        "--steps-set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="a steps-memory size (repeatable): speed_batch_size, speed_seq_len, speed_steps, "
+        "speed_reps, timeout_s (per fresh process), speed_budget_s (seconds for all variants; "
+        "those left when it is spent are recorded as skipped), speed_compiled_bare (true/false: the "
+        "torch.compile'd bare reference), memory_cells (false: only the client speed, on "
+        "every device asked for)",
     )
     p.add_argument("--no-deepspeed", action="store_true", help="skip the ZeRO-3 memory rows")
     _add_record(p, "docs/results/peer-system.json")
