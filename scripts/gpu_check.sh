@@ -58,7 +58,7 @@ echo "speed exit $?"; grep -E "steps memory|fedtune / bare|client step" "$OUT/sp
 fi
 
 if want speed33; then
-# Issue 33: the client step in each variant against the bare eager PEFT loop (one fresh process
+# The client step in each variant against the bare eager PEFT loop (one fresh process
 # per variant, rows saved as they end), cheap variants first (then compile+liger, the likeliest
 # to reach the goal, before compile): the 1b rows with 10 steps and 2
 # pairs (a compile variant's first run compiles: the bare loop's took 61 s on an H100), then
@@ -71,7 +71,7 @@ if want speed33; then
 # kills its whole process group) is only the backstop.
 # CPU dry run: SPEED33_DEVICES=cpu SPEED33_1B=tiny SPEED33_7B=tiny SPEED33_SIZES="--steps-set
 # speed_batch_size=2 --steps-set speed_seq_len=32 --steps-set speed_steps=2"
-echo "== issue 33: client-step variants (1b) and the 7b shape"
+echo "== client-step variants (1b) and the 7b shape"
 BUDGET=${SPEED33_BUDGET:-330}
 speed33() {  # SHAPE VARIANTS RECORD SECONDS [--steps-set ...]
   local shape=$1 variants=$2 record=$3 limit=$4

@@ -548,7 +548,7 @@ def speed_variant_lines(description: str, rows: list[Mapping[str, Any]]) -> list
         "",
         "First run: the variant's first client step of the process (compiling, for "
         "`compile`; a process pays it once per model). Peak: both loops' models and steps "
-        "(`torch.cuda.max_memory_allocated`). Goals (issue 33, 1B shape): MFU >= 40 %, "
+        "(`torch.cuda.max_memory_allocated`). Goals (1B shape): MFU >= 40 %, "
         ">= 1.8x the bare eager loop's tokens/s.",
         "",
     ]
