@@ -114,12 +114,12 @@ pretrain_one() {  # PRESET NAME: its own workspace, its own log
     "/tmp/pretrain/$2/models/$2/fedtune_pretrain.progress.json" >> "/tmp/pretrain/$2.log" 2>/dev/null
 }
 rm -rf /tmp/pretrain && mkdir -p /tmp/pretrain
-for name in large-h256l4 large-h192l6 large-h256l4-6k; do pretrain_one large-candidates "$name" & done
+for name in large-h192l6 large-h160l8 large-h192l6-5k; do pretrain_one large-candidates "$name" & done
 for name in small slm-gpt2-bpe slm-llama-wordpiece slm-gpt2-spbpe; do pretrain_one default "$name" & done
 wait
 for log in /tmp/pretrain/*.log; do echo "--- $(basename "$log" .log)"; cat "$log"; done > "$OUT/pretrain.log"
 grep -E -A1 " exit |test EM|parameters, |cut at|Error" "$OUT/pretrain.log"
-for name in large-h256l4 large-h192l6 large-h256l4-6k; do
+for name in large-h192l6 large-h160l8 large-h192l6-5k; do
   [ -f "/tmp/pretrain/$name/models/$name/fedtune_pretrain.json" ] &&
     tar -C "/tmp/pretrain/$name/models" -cf "$OUT/base-$name.tar" "$name"
 done
