@@ -4,9 +4,10 @@
 # dependencies, which travel as cp312 wheels in .whl/ (git-ignored).
 #   OUT=/some/dir FEDTUNE_SOURCE_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh [SECTION...]
 # SECTIONS: speed tests jobs steps accel (default all, in that order; on an H100 `speed steps` took
-# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call), and
-# speed33 (not in the default): issue 33's client-step variants (plain, liger, compile,
-# compile+liger) at the 1b shape and the 7b shape, in about SPEED33_BUDGET=330 s from the start.
+# 200 s and `speed tests` 216 s on the second lease, so all four fit one 10-minute call), and,
+# only when named: speed33 (the client-step variants plain, liger, compile, compile+liger at the
+# 1b shape and the 7b shape, in about SPEED33_BUDGET=330 s from the start) and pretrain (the
+# benchmark's bases; PRETRAIN_STEPS and PRETRAIN_TIMEOUT override).
 # .whl/ comes from scripts/gpu_wheels.sh. Writes under $OUT: gpu.txt (device, versions, a
 # bf16 matmul ceiling), the client-step MFU vs a bare PEFT loop (JSON), steps-memory JSON
 # (peak memory per step kind on CUDA, ZeRO-3 rows; the rows so far in
@@ -136,3 +137,42 @@ for path in $(python3 scripts/gpu_jobs.py bf16); do
 done | tee -a "$OUT/jobs.log"
 fi
 
+
+if want pretrain; then
+# Issue 30: the benchmark's bases on the GPU in one go. Tiny models are launch-bound, so each
+# runs as its own process, all at once: the default preset's small and FedMKT's
+# heterogeneous SLMs, and the three candidates for its large (benchmarks/bases.py). Each is
+# cut at PRETRAIN_TIMEOUT s (a cut one returns nothing); the section ends within ~330 s.
+# Returns (at most 8 files, each <= 16 MB): pretrain.log, base-<candidate>.tar per large
+# candidate and bases-default.tar (small and the SLMs), each member a folder NAME/ to untar
+# into benchmarks/bases/.
+echo "== pretrain the benchmark's bases on CUDA (issue 30)"
+PRETRAIN_TIMEOUT=${PRETRAIN_TIMEOUT:-300}
+steps=${PRETRAIN_STEPS:+--steps $PRETRAIN_STEPS}
+pretrain_one() {  # PRESET NAME: its own workspace, its own log
+  SECONDS=0
+  COLUMNS=200 timeout "$PRETRAIN_TIMEOUT" python3 -m fedtune.cli.main bench pretrain --preset "$1" \
+    --models "$2" --out "/tmp/pretrain/$2" --force $steps > "/tmp/pretrain/$2.log" 2>&1
+  echo "$2 exit $? in $SECONDS s" >> "/tmp/pretrain/$2.log"
+  # A run cut by the timeout leaves its progress: how far it got, and how fast.
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print("cut at step", p["step"], "of", p["steps"], "after", round(p["seconds"]), "s of training")' \
+    "/tmp/pretrain/$2/models/$2/fedtune_pretrain.progress.json" >> "/tmp/pretrain/$2.log" 2>/dev/null
+}
+rm -rf /tmp/pretrain && mkdir -p /tmp/pretrain
+for name in large-h192l6 large-h160l8 large-h192l6-5k; do pretrain_one large-candidates "$name" & done
+for name in small slm-gpt2-bpe slm-llama-wordpiece slm-gpt2-spbpe; do pretrain_one default "$name" & done
+wait
+for log in /tmp/pretrain/*.log; do echo "--- $(basename "$log" .log)"; cat "$log"; done > "$OUT/pretrain.log"
+grep -E -A1 " exit |test EM|parameters, |cut at|Error" "$OUT/pretrain.log"
+for name in large-h192l6 large-h160l8 large-h192l6-5k; do
+  [ -f "/tmp/pretrain/$name/models/$name/fedtune_pretrain.json" ] &&
+    tar -C "/tmp/pretrain/$name/models" -cf "$OUT/base-$name.tar" "$name"
+done
+smalls="" && rm -rf /tmp/pretrain-pack && mkdir -p /tmp/pretrain-pack
+for name in small slm-gpt2-bpe slm-llama-wordpiece slm-gpt2-spbpe; do
+  [ -f "/tmp/pretrain/$name/models/$name/fedtune_pretrain.json" ] &&
+    cp -r "/tmp/pretrain/$name/models/$name" /tmp/pretrain-pack/ && smalls="$smalls $name"
+done
+[ -n "$smalls" ] && tar -C /tmp/pretrain-pack -cf "$OUT/bases-default.tar" $smalls
+ls -l "$OUT"
+fi

@@ -14,7 +14,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
   $(pinned pydantic pydantic_core annotated-types typing-inspection boto3 botocore s3transfer \
     jmespath cryptography cffi pycparser httpx2 httpcore2 truststore huggingface_hub \
-    transformers peft accelerate hjson tokenizers safetensors nltk rapidfuzz)
+    transformers peft accelerate hjson tokenizers safetensors nltk rapidfuzz absl-py six)
 # Two platform tags can fetch two builds of one release (cryptography: manylinux_2_28 and
 # _2_34), and pip refuses to install both: keep the older glibc's.
 for project in $(ls .whl | cut -d- -f1 | sort | uniq -d); do

@@ -82,6 +82,19 @@ def test_fewshot_quality_reports_utility_and_leakage_for_every_method(workspace:
     assert "| leakage | reproduced |" in markdown and "the fewshot split, 4 tenants" in markdown
     assert "| fewfedpit@beta=0.5 | 1 |" in markdown
     assert "| synthetic passed / kept |" in markdown
+    # Per client step: what was generated, dropped by each filter, passed, kept and used.
+    runs = {run["method"]: run for run in results["runs"]}
+    assert "synthesis_steps" not in runs["fedavg"] and "synthesis_steps" not in runs["fewfedpit@beta=1"]
+    for method in ("fewfedpit@beta=0", "fewfedpit@beta=0.5"):
+        steps, final = runs[method]["synthesis_steps"], finals[method]
+        assert 0 < len(steps) <= final["clients/steps"]
+        for count, metric in (("generated", "instruction_prompts"), ("passed", "candidates")):
+            assert sum(s[count] for s in steps) == final[f"clients/fewfedpit/{metric}"]
+        assert sum(s["kept"] for s in steps) == final.get("clients/fewfedpit/kept", 0)
+        assert all(0 <= s["used"] <= s["kept"] <= s["passed"] for s in steps)
+        assert all(s["generated"] >= s["rejected_format"] + s["rejected_similar_instruction"] for s in steps)
+        assert f"| {method} | {len(steps)} |" in markdown.split("Synthetic data per client step")[1]
+    assert "steps using ≥ 1 |" in markdown
 
 
 @pytest.mark.parametrize(

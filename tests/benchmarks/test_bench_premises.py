@@ -53,14 +53,12 @@ def _zero_shot(runs: Runs, large: float, large_arithmetic: float, small: float =
 def _synthetic(runs: Runs, steps_with_synthetic: int) -> None:
     for run in runs.values():
         if premise_of(run["method"]) == SYNTHETIC_USED:
-            for row in run["rounds"]:
-                row.update(
-                    {
-                        "synthesis/client_steps": 10.0,
-                        "synthesis/steps_with_synthetic": float(steps_with_synthetic),
-                        "synthesis/used": 3.0 * steps_with_synthetic,
-                    }
-                )
+            # Ten client steps per round, the first ``steps_with_synthetic`` trained on 3.
+            run["synthesis_steps"] = [
+                {"round": row["round"], "tenant": f"t{i}", "used": 3 if i < steps_with_synthetic else 0}
+                for row in run["rounds"]
+                for i in range(10)
+            ]
 
 
 def _claim_runs(claim: Claim, premise: str) -> list[dict[str, Any]]:
@@ -154,8 +152,7 @@ def test_synthetic_data_used_by_most_client_steps(with_synthetic: int, status: s
     assert premise.status == status
     # Two runs (beta < 1) of two rounds of 10 client steps: beta = 1 synthesizes nothing.
     assert premise.numbers == f"{4 * with_synthetic} of 40 client steps used ≥ 1 synthetic example"
-    for row in runs[("fewfedpit@beta=0", 0)]["rounds"]:  # one run that does not record it
-        del row["synthesis/client_steps"]
+    del runs[("fewfedpit@beta=0", 0)]["synthesis_steps"]  # one run that does not record it
     assert measure(list(runs.values()))[SYNTHETIC_USED].status == "not measured"
 
 

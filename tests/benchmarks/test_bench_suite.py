@@ -17,7 +17,9 @@ from fedtune.benchmarks.suite import (
 from fedtune.core.errors import ConfigError, DataError
 from fedtune.data.synthetic import CATEGORIES
 
-SMALL = SuiteSpec(tenants=3, private_records=300, public_records=200, test_per_category=10)
+# The default pretraining corpus (12,000 records and 3,000 demonstrations) at half and a tenth.
+SMALL = SuiteSpec(tenants=3, private_records=300, public_records=200, test_per_category=10,
+                  pretrain_records=6000, self_instruct_records=300)
 
 
 def _shares(records: list[dict[str, str]]) -> dict[str, float]:
@@ -57,8 +59,8 @@ def test_test_set_is_balanced_and_unseen() -> None:
 def test_pretraining_corpus_extends_the_public_set_with_its_mixture() -> None:
     suite = build_suite(SMALL)
     assert suite.pretrain[: len(suite.public)] == suite.public
-    assert len(suite.pretrain) == len(suite.public) + SMALL.pretrain_records
-    extra = suite.pretrain[len(suite.public) :]
+    assert len(suite.pretrain) == len(suite.public) + SMALL.pretrain_records + SMALL.self_instruct_records
+    extra = suite.pretrain[len(suite.public) : len(suite.public) + SMALL.pretrain_records]
     # The scarce classify records are not drawn again; the rest follows the public mixture.
     assert not any(r["category"] == "classify" for r in extra)
     assert _distance(_shares(extra), _shares([r for r in suite.public if r["category"] != "classify"])) < 0.05
@@ -93,6 +95,7 @@ def test_missing_suite_says_how_to_make_one(tmp_path: Path) -> None:
         ({"tenants": 0}, "tenants=0"),
         ({"partition": "random"}, "partition='random'"),
         ({"test_per_category": 0}, "test_per_category=0"),
+        ({"self_instruct_records": -1}, "self_instruct_records=-1"),
     ],
 )
 def test_invalid_spec_is_a_config_error(changes: dict[str, object], fragment: str) -> None:

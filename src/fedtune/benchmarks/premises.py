@@ -18,9 +18,9 @@ the large model's zero-shot is the ``zero-shot`` run (``llm/em`` where the LLM i
 else ``em``; ``em/<category>``); the small model's is the ``zero-shot`` run's ``slm/em``, else
 the round-0 ``small/em`` of a run that records its small model (FedPT), else the round-0
 ``em`` of a run training the small model (``fedavg-small``, ``standalone-small``), whose
-round-0 ``em/<category>`` gives the categories. Synthetic data: the per-round
-``synthesis/steps_with_synthetic``, ``synthesis/client_steps`` and ``synthesis/used``
-(or the same under ``clients/``), summed over every round of every FewFedPIT run.
+round-0 ``em/<category>`` gives the categories. Synthetic data: each FewFedPIT run's
+``synthesis_steps`` (one entry per client step, :mod:`fedtune.benchmarks.synthesis_steps`),
+whose ``used`` counts the synthetic examples that step trained on.
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ _FAMILY_PREMISE: Final[dict[str, str]] = {
     "fewfedpit": SYNTHETIC_USED,
 }
 _SMALL_RUNS: Final = ("fedavg-small", "standalone-small")
-_SYNTHESIS: Final = ("steps_with_synthetic", "client_steps", "used")
 
 Status = Literal["holds", "fails", "not measured"]
 
@@ -165,23 +164,15 @@ def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
     return Premise(LARGE_KNOWS_MORE, status, numbers, f"{overall} ({bar}); {per_category}.")
 
 
-def _synthesis(round_: Mapping[str, Any], key: str) -> float | None:
-    for name in (f"synthesis/{key}", f"clients/synthesis/{key}"):
-        if name in round_:
-            return float(round_[name])
-    return None
-
-
 def _synthetic_used(runs: Sequence[Mapping[str, Any]]) -> Premise:
     fewfedpit = [r for r in runs if premise_of(r["method"]) == SYNTHETIC_USED]
-    totals = dict.fromkeys(_SYNTHESIS, 0.0)
-    unrecorded = 0
-    for run in fewfedpit:
-        values = [(k, _synthesis(r, k)) for r in run["rounds"] for k in _SYNTHESIS]
-        if not any(k == "client_steps" and v is not None for k, v in values):
-            unrecorded += 1
-        for key, value in values:
-            totals[key] += value or 0.0
+    entries = [e for r in fewfedpit for e in r.get("synthesis_steps") or ()]
+    unrecorded = sum(1 for r in fewfedpit if not r.get("synthesis_steps"))
+    totals = {
+        "client_steps": float(len(entries)),
+        "steps_with_synthetic": float(sum(1 for e in entries if e["used"] >= 1)),
+        "used": float(sum(e["used"] for e in entries)),
+    }
     if not fewfedpit or unrecorded:
         return Premise(
             SYNTHETIC_USED, "not measured", "synthetic examples per client step not recorded",

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from fedtune.benchmarks.bases import LARGE_CANDIDATES
 from fedtune.benchmarks.fewshot_split import FewShotSpec
 from fedtune.benchmarks.pretrain import ModelShape, PretrainSpec
 from fedtune.benchmarks.quality import QualitySpec
@@ -228,6 +229,7 @@ _CI = Preset(
         partition="pathological",
         public_records=60,
         pretrain_records=60,
+        self_instruct_records=20,
         test_per_category=3,
         validation_per_category=3,
     ),
@@ -328,7 +330,8 @@ LARGE_DEEP: Final = PretrainSpec(
     steps=3000,
     warmup_steps=100,
 )
-_FEDBIOT_SUITE: Final = SuiteSpec(pretrain_records=12000)
+# Without self-instruct demonstrations: the corpus its table's base was pretrained on.
+_FEDBIOT_SUITE: Final = SuiteSpec(pretrain_records=12000, self_instruct_records=0)
 SEEDS5: Final = (0, 1, 2, 3, 4)
 
 # FedBiOT (Wu et al. 2024) at the paper's settings for instruction data (GSM8K/Dolly): adapter
@@ -421,6 +424,8 @@ PRESETS: Final[dict[str, Preset]] = {
     "default": _DEFAULT,
     "deep": _DEEP,
     "ci": _CI,
+    # The default suite with the GPU-pretrained candidates for its "large" (benchmarks.bases).
+    "large-candidates": replace(_DEFAULT, models=dict(LARGE_CANDIDATES)),
     # One table each (`fedtune bench quality --preset NAME`); fedbiot* share a workspace.
     "fedbiot": _table(_FEDBIOT_BASE, _FEDBIOT_QUALITY),
     "fedbiot-ablation": _table(_FEDBIOT_BASE, _FEDBIOT_ABLATION),

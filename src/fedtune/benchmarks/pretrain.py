@@ -16,6 +16,7 @@ with ``fedtune_pretrain.json`` beside it saying how it was made and what it scor
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from typing import Any, Final
 import torch
 
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model
+from fedtune.benchmarks.self_instruct import encode_raw, is_raw
 from fedtune.benchmarks.vocabularies import check_tokenizer_spec, pretrain_tokenizer
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import to_example
@@ -270,6 +272,38 @@ def _curve(losses: Sequence[float]) -> list[dict[str, float]]:
     ]
 
 
+def _encode_corpus(records: Sequence[Mapping[str, Any]], tokenizer: Any, max_len: int) -> list[Any]:
+    """The corpus's records in order: Dolly records in the training template, self-instruct
+    demonstrations raw (:func:`fedtune.benchmarks.self_instruct.encode_raw`); those longer
+    than ``max_len`` are skipped and counted in the log."""
+    encoded = encode_examples(
+        [to_example(dict(r)) for r in records if not is_raw(r)], tokenizer, max_len
+    )
+    raw = [encode_raw(r, tokenizer, max_len) for r in records if is_raw(r)]
+    if None in raw:
+        logger.warning("skipped %d of %d self-instruct demonstrations longer than max_seq_len=%d",
+                       raw.count(None), len(raw), max_len)
+    return encoded + [e for e in raw if e is not None]
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    """What made a base: library versions, platform, CPUs and the GPU's name (pretraining is
+    deterministic only on one machine, library set and thread count)."""
+    import os
+    import platform
+
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+
+
 def pretrain(
     spec: PretrainSpec,
     train_records: Sequence[Mapping[str, Any]],
@@ -321,11 +355,14 @@ def pretrain(
     # A GPU where one is present (bigger models); the weights are saved from the CPU.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)  # type: ignore[arg-type]  # transformers' stub of .to
+    # TF32 matmuls on a GPU (fp32 accumulation; as deterministic, several times faster);
+    # the process's setting is restored after training.
+    precision = torch.get_float32_matmul_precision()
+    matmul_precision = "high" if device.type == "cuda" else precision
+    torch.set_float32_matmul_precision(matmul_precision)
     corpus = corpus_digest(train_records)
     progress_dir = Path(out_dir)
-    encoded = encode_examples(
-        [to_example(dict(r)) for r in train_records], tokenizer, spec.max_seq_len
-    )
+    encoded = _encode_corpus(train_records, tokenizer, spec.max_seq_len)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(spec))
     checkpoint = Checkpoint(progress_dir / CHECKPOINT_DIR, spec_hash(spec, corpus))
@@ -368,6 +405,7 @@ def pretrain(
             if step % checkpoint_every == 0 and step < spec.steps:
                 checkpoint.save(model, optimizer, step, losses, tokens, time.perf_counter() - started)
     seconds = time.perf_counter() - started
+    torch.set_float32_matmul_precision(precision)
     model.eval()
     eval_set = EvalSet(test_records, tokenizer, max_seq_len=spec.max_seq_len)
     metrics = evaluate_model(model, eval_set)
@@ -384,12 +422,18 @@ def pretrain(
         "tokens_per_second": tokens / seconds if seconds > 0 else None,
         "device": str(device),
         "threads": torch.get_num_threads(),
+        "machine": machine(device),
+        "matmul_precision": matmul_precision,
         "final_loss": sum(losses[-10:]) / len(losses[-10:]),
         "loss_curve": _curve(losses),
         "test": metrics,
     }
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    plot_curve(report, out / CURVE_PLOT)
+    # A lent GPU machine has no matplotlib: the curve is in the report all the same.
+    if importlib.util.find_spec("matplotlib") is not None:
+        plot_curve(report, out / CURVE_PLOT)
+    else:
+        logger.warning("matplotlib is not installed: no %s (the curve is in %s)", CURVE_PLOT, REPORT_FILE)
     (out / PROGRESS_FILE).unlink(missing_ok=True)
     checkpoint.remove()
     logger.info(

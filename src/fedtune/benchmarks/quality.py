@@ -70,6 +70,7 @@ from fedtune.benchmarks.provenance import source_commit
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
 from fedtune.benchmarks.selection import select_tuned
 from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
+from fedtune.benchmarks.synthesis_steps import synthesis_steps
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
@@ -274,6 +275,8 @@ class _Bench:
         self.workspace = workspace
         self.spec = spec
         self.log = log
+        # FewFedPIT's synthesis counts per client step of the last run (synthesis_steps).
+        self.synthesis: list[dict[str, Any]] = []
         self.manifest = load_manifest(workspace.suite_dir)
         self.model_dir = workspace.require_model(spec.model)
         # Where the tenants' files (and the Centralized pool) are, and what they hold.
@@ -436,6 +439,7 @@ class _Bench:
                 metrics["train_loss"] = float(train_loss[round_index])
             rows.append(metrics)
         rows[-1].update(_client_totals(summary["rounds"]))
+        self.synthesis = synthesis_steps(summary["rounds"])
         if "privacy" in summary:  # epsilon at delta after the last round
             rows[-1]["dp/epsilon"] = float(summary["privacy"]["epsilon"])
         if job.algorithm.name in TENANT_MODELS:
@@ -743,10 +747,12 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
 
     def record(method: str, kind: str, seed: int | None, fn: Callable[[], list[Metrics]]) -> None:
         started = time.perf_counter()
+        bench.synthesis = []
         rows = fn()
         seconds = time.perf_counter() - started
         runs.append(
             {"method": method, "kind": kind, "seed": seed, "seconds": seconds, "rounds": rows}
+            | ({"synthesis_steps": bench.synthesis} if bench.synthesis else {})
         )
         leaked = f", leakage {rows[-1]['leakage']:.3f}" if "leakage" in rows[-1] else ""
         say(

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
 from fedtune.benchmarks.premises import premise_lines
+from fedtune.benchmarks.synthesis_steps import synthesis_lines
 
 __all__ = [
     "PLOT_METRICS",
@@ -107,6 +108,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _per_model_lines(results)
+    lines += synthesis_lines(results)
     lines += _selection_lines(results)
     claims = evaluate_claims(results["runs"])
     if claims:

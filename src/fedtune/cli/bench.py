@@ -163,6 +163,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 # -- pretrain -----------------------------------------------------------------------------------
 def _bench_pretrain(args: argparse.Namespace) -> int:
+    from fedtune.benchmarks.bases import adopt_committed
     from fedtune.benchmarks.presets import get_preset
     from fedtune.benchmarks.pretrain import cached_report, corpus_digest, pretrain
     from fedtune.benchmarks.suite import build_suite, write_suite
@@ -191,12 +192,19 @@ def _bench_pretrain(args: argparse.Namespace) -> int:
         changes: dict[str, Any] = {}
         if args.steps is not None:
             changes["steps"] = args.steps
+            if spec.warmup_steps >= args.steps:  # a short trial run: warm up a tenth of it
+                changes["warmup_steps"] = args.steps // 10
         if args.seed is not None:
             changes["seed"] = args.seed
         spec = dataclasses.replace(spec, **changes)
-        report = cached_report(workspace.model_dir(name), spec, corpus_digest(suite.pretrain))
+        corpus = corpus_digest(suite.pretrain)
+        report = cached_report(workspace.model_dir(name), spec, corpus)
         if report is not None and not args.force:
             out.print(f"{name}: already pretrained with this spec ({report['spec_hash']}), kept")
+        elif not args.force and (
+            report := adopt_committed(name, spec, corpus, workspace.model_dir(name))
+        ):
+            out.print(f"{name}: the committed base of this spec ({report['spec_hash']}), copied")
         else:
             out.print(f"pretraining {name}: {spec.steps} steps ({spec.tokenizer} tokenizer) ...")
             report = pretrain(spec, suite.pretrain, suite.test, workspace.model_dir(name))
@@ -228,7 +236,8 @@ def _add_pretrain(kinds: Any) -> None:
     )
     _common(p)
     p.add_argument("--models", help="comma-separated base models (default: all of the preset)")
-    p.add_argument("--steps", type=int, help="override the pretraining steps of every model")
+    p.add_argument("--steps", type=int, help="override the pretraining steps of every model (a warm-up longer than that "
+        "becomes a tenth of it)")
     p.add_argument("--seed", type=int, help="seed of the suite and the models (default 0)")
     p.add_argument(
         "--force",
