@@ -22,7 +22,7 @@ from fedtune.core.errors import IntegrityError
 from fedtune.engines import acceptance, layout, steps
 from fedtune.engines.launcher import run_tenant_step
 from fedtune.engines.launcher_manifest import LauncherSettings
-from fedtune.entrypoints.tenant_io import PRESIGNED_ENV
+from fedtune.engines.tenant_io import PRESIGNED_ENV
 from fedtune.storage import open_store
 from tests.kfp.fake_k8s import FakeClock, FakeJobApi
 from tests.kfp.test_tenant_pod import PodRunner, moto_endpoint, s3_job, tenants_file  # noqa: F401

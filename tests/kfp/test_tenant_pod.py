@@ -21,9 +21,8 @@ from fedtune.config import JobConfig
 from fedtune.config.tenant_view import tenant_view
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError
 from fedtune.core.messages import Broadcast, Update
-from fedtune.engines import layout, steps
+from fedtune.engines import layout, steps, tenant_io
 from fedtune.engines.launcher import run_tenant_step
-from fedtune.entrypoints import tenant_io
 from fedtune.storage import open_store
 from tests.helpers.moto import admin_client, create_bucket, start_moto_server, use_fake_aws_env
 from tests.kfp.conftest import two_tenant_job

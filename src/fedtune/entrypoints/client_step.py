@@ -3,7 +3,7 @@
 ``python -m fedtune.entrypoints.client_step --job JOB.yaml --round N --tenant NAME``
 runs the step in this process. A launched tenant pod adds ``--presigned`` and gets its job
 from ``$FEDTUNE_JOB_JSON`` and its exchange objects as pre-signed URLs (see
-:mod:`fedtune.entrypoints.tenant_io`). The KFP component calls :func:`run`, which goes through
+:mod:`fedtune.engines.tenant_io`). The KFP component calls :func:`run`, which goes through
 the tenant launcher (a Job in the tenant's namespace when inside a cluster).
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
-from fedtune.engines import steps
+from fedtune.engines import steps, tenant_io
+from fedtune.engines.tenant_io import StepKind
 from fedtune.engines.tenant_tasks import run_tenant_task
-from fedtune.entrypoints import common, tenant_io
-from fedtune.entrypoints.tenant_io import StepKind
+from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
 

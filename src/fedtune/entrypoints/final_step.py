@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import steps
+from fedtune.engines import steps, tenant_io
 from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
-from fedtune.entrypoints import common, tenant_io
+from fedtune.entrypoints import common
 
 RESULT_FIELD: dict[str, str] = {"evaluate": "metrics", "audit": "scores"}
 """The field of each step's result (and marker) that carries what it produced."""

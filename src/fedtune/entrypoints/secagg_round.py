@@ -20,8 +20,8 @@ from typing import Any
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError, QuorumError
 from fedtune.engines import secagg_provider, steps
+from fedtune.engines.tenant_io import StepKind
 from fedtune.entrypoints import aggregate, client_step, common
-from fedtune.entrypoints.tenant_io import StepKind
 
 PREVIOUS_TENANT_STEP = {
     "route-keys": "secagg-advertise",

@@ -13,7 +13,7 @@ import pytest
 from fedtune.config.job import LimitsConfig
 from fedtune.core.errors import StoreError, StoreUnavailable
 from fedtune.core.http_retry import MaxRetryError, RetryingClient
-from fedtune.entrypoints import tenant_io
+from fedtune.engines import tenant_io
 
 SECRET = "X-Amz-Signature=deadbeefcafe"
 

@@ -31,6 +31,9 @@ from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
 
+JOB_ENV = "FEDTUNE_JOB_JSON"
+"""Environment variable holding the job as JSON (how a launched tenant pod gets its view)."""
+
 PRESIGNED_ENV = "FEDTUNE_PRESIGNED"
 """Environment variable with ``{"get": {key: url}, "put": {key: url}}`` for a tenant pod."""
 
