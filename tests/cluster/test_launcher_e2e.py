@@ -23,7 +23,7 @@ from fedtune.config import JobConfig
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
-from fedtune.engines.tenant_io import PRESIGNED_ENV
+from fedtune.engines.tenant.pod_io import PRESIGNED_ENV
 from fedtune.engines.workers import Outcome, Task
 from fedtune.entrypoints import client_step, final_step
 from fedtune.tracking.base import NullTracker

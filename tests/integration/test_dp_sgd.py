@@ -12,9 +12,10 @@ import torch
 
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.messages import Update
-from fedtune.engines import dp_sgd_steps, layout
+from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant import dp_sgd as dp_sgd_steps
 from fedtune.privacy.example_level import epsilon
 from fedtune.tracking.base import NullTracker
 from tests.integration.conftest import tiny_job_dict

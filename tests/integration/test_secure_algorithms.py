@@ -18,8 +18,9 @@ from fedtune.algorithms.base import SecureSum
 from fedtune.algorithms.registry import get_algorithm
 from fedtune.config import JobConfig
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, secagg_steps
+from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
+from fedtune.engines.tenant import secagg as secagg_steps
 from fedtune.tracking.base import NullTracker
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 

@@ -76,10 +76,10 @@ def audit_step(env: steps.TenantEnv) -> dict[str, Any]:
 
 def _audited_model(env: steps.TenantEnv) -> tuple[Any, Any]:
     """The tenant's own final model where it keeps one (FedMKT's small model, the last round
-    finished: :func:`~fedtune.engines.tenant_export.finished_state`), else the model its final
+    finished: :func:`~fedtune.engines.tenant.export.finished_state`), else the model its final
     broadcast lets it run."""
     if env.algorithm.tenant_keeps_model:
-        from fedtune.engines import tenant_export
+        from fedtune.engines.tenant import export as tenant_export
 
         kept = tenant_export.finished_state(env)
         if kept is None:

@@ -33,7 +33,7 @@ from fedtune.core.errors import (
     error_classes,
 )
 from fedtune.core.images import TENANT_IMAGE_ENV, tenant_image
-from fedtune.engines.tenant_io import JOB_ENV, PRESIGNED_ENV, StepKind
+from fedtune.engines.tenant.pod_io import JOB_ENV, PRESIGNED_ENV, StepKind
 
 TENANTS_FILE_ENV = "FEDTUNE_TENANTS_FILE"
 DEFAULT_TENANTS_FILE = "/etc/fedtune/tenants.json"

@@ -31,7 +31,7 @@ from fedtune.engines.publish import (
 )
 
 # The tenant's env lives in its own module; steps re-exports it for the engines.
-from fedtune.engines.tenant_env import (  # noqa: F401 - re-exported for the engines
+from fedtune.engines.tenant.env import (  # noqa: F401 - re-exported for the engines
     TenantEnv as TenantEnv,
     TenantEnvs as TenantEnvs,
     keep_failure_details as keep_failure_details,
@@ -102,7 +102,7 @@ def sample_names(names: list[str], k: int, seed: int, round_index: int) -> list[
 def init_step(env: ProviderEnv) -> dict[str, Any]:
     """Provider: write the initial server state (skipped when it exists).
 
-    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes it, rank 0 writes it.
+    On several ranks (:mod:`fedtune.engines.provider.ranks`) every rank computes it, rank 0 writes it.
     """
     store = env.store()
     key = layout.state_key(0)
@@ -196,7 +196,9 @@ def train_client(env: TenantEnv, round_index: int) -> Update:
     client_state = (
         ClientState.load(own, layout.client_state_key(previous)) if previous is not None else None
     )
-    from fedtune.engines import dp_sgd_steps  # the tenant's own example-level DP-SGD, if any
+    from fedtune.engines.tenant import (
+        dp_sgd as dp_sgd_steps,  # the tenant's own example-level DP-SGD, if any
+    )
 
     with dp_sgd_steps.example_privacy(env, round_index) as private:
         update, new_state = env.algorithm.client_step(env.ctx, broadcast, env.data(), client_state)
@@ -278,7 +280,7 @@ def aggregate_step(
 
     ``extra`` carries reasons for tenants whose client step failed in this process. Nothing
     is written when the quorum fails, so the stored state stays that of the last good round.
-    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes the state, rank 0
+    On several ranks (:mod:`fedtune.engines.provider.ranks`) every rank computes the state, rank 0
     writes it.
     """
     store = env.store()
@@ -412,7 +414,7 @@ def final_broadcast_published(job: JobConfig, tenant: str) -> bool:
 def evaluate_step(env: TenantEnv) -> dict[str, float]:
     """Tenant: metrics of the final model on its held-out split, from the final broadcast,
     and, where the algorithm says tenants keep a model of their own, that model's metrics and
-    its export into the tenant's own store (:mod:`fedtune.engines.tenant_export`).
+    its export into the tenant's own store (:mod:`fedtune.engines.tenant.export`).
 
     The metrics (scalars only) go to the tenant's exchange prefix for the provider.
     """
@@ -425,7 +427,7 @@ def evaluate_step(env: TenantEnv) -> dict[str, float]:
     if env.algorithm.tenant_keeps_model:
         # The tenant's own model (FedMKT's small model): scored and exported here, in the
         # tenant's process, into its own store; only the scalars go to the exchange.
-        from fedtune.engines import tenant_export
+        from fedtune.engines.tenant import export as tenant_export
 
         kept = tenant_export.finished_state(env)  # the last round finished (finish_kept)
         if kept is not None:

@@ -48,10 +48,10 @@ from fedtune.core.cpu import threads_for, usable_cpus
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines.parent_death import die_with_parent, name_engine
-from fedtune.engines.tenant_tasks import TenantKind
+from fedtune.engines.tenant.tasks import TenantKind
 
 if TYPE_CHECKING:
-    from fedtune.engines.tenant_env import TenantEnvs
+    from fedtune.engines.tenant.env import TenantEnvs
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def run_task(tenants: Any, task: Task) -> Outcome:
     the tenant's own store.
     """
     from fedtune.engines import steps
-    from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
+    from fedtune.engines.tenant.tasks import failure_tag, run_tenant_task
 
     env = tenants[task.tenant]
     try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 from fedtune.config import format_validation_errors, load_job, parse_job
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines.tenant_io import JOB_ENV
+from fedtune.engines.tenant.pod_io import JOB_ENV
 from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
 

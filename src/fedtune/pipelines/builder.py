@@ -213,7 +213,7 @@ def secure_round_pipeline(
     settings: ClusterSettings | None, provider: ProviderResources | None = None
 ) -> Any:
     """The nested round pipeline of the secure-aggregation variant: the steps of
-    :data:`fedtune.engines.secagg_provider.SECURE_SEQUENCE`, each tenant step a fan-out
+    :data:`fedtune.engines.provider.secagg.SECURE_SEQUENCE`, each tenant step a fan-out
     through the launcher over the tenants still in the round, then the secure aggregate."""
     run_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 

@@ -15,9 +15,9 @@ from dp_accounting.rdp import RdpAccountant
 from fedtune.config import parse_job
 from fedtune.config.dp_sgd import DpSgdConfig
 from fedtune.core.errors import ConfigError, PrivacyBudgetError
-from fedtune.engines import dp_sgd_steps
 from fedtune.engines.fingerprint import config_fingerprint
 from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant import dp_sgd as dp_sgd_steps
 from fedtune.models import lora as lora_helpers
 from fedtune.privacy.example_level import epsilon, sample_rate
 from fedtune.training.context import ExampleBatches

@@ -26,7 +26,7 @@ from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
 from fedtune.core.http_retry import MaxRetryError, RetryingClient, without_query
 from fedtune.engines import layout, steps
-from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
+from fedtune.engines.tenant.tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ def run_tenant_task(env: steps.TenantEnv, kind: TenantKind, round_index: int) ->
     from fedtune.engines import steps
 
     if kind.startswith("secagg-") or (kind == "client" and env.job.secure_aggregation is not None):
-        from fedtune.engines import secagg_steps
+        from fedtune.engines.tenant import secagg as secagg_steps
 
         return secagg_steps.TENANT_STEPS[kind](env, round_index)
     if kind == "client":
