@@ -25,7 +25,8 @@ from fedtune.config.job import LimitsConfig
 from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
 from fedtune.core.http_retry import MaxRetryError, RetryingClient, without_query
-from fedtune.engines import layout, steps
+from fedtune.engines import layout
+from fedtune.engines.tenant.env import TenantEnv
 from fedtune.engines.tenant.tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
 
@@ -180,7 +181,7 @@ def run_presigned(
     limits = view.limits
     with tempfile.TemporaryDirectory(prefix="fedtune-exchange-") as tmp:
         store = open_store(tmp)
-        env = steps.TenantEnv.create(view, exchange=store)
+        env = TenantEnv.create(view, exchange=store)
         for key in gets:
             data = _request(urls["get"][key], key, "GET", limits)
             recorded = (

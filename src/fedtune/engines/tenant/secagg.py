@@ -38,13 +38,9 @@ from fedtune.config.tenant_view import TenantSecureAggregation
 from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
-from fedtune.engines.steps import (
-    TenantEnv,
-    _check_sample_count,
-    sample_names,
-    stored_update_result,
-    train_client,
-)
+from fedtune.engines.steps import _check_sample_count, sample_names
+from fedtune.engines.tenant.env import TenantEnv
+from fedtune.engines.tenant.steps import stored_update_result, train_client
 from fedtune.secagg import fixedpoint, identity, protocol as p, vector
 
 log = logging.getLogger(__name__)
