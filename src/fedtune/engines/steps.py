@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from fedtune.algorithms.registry import get_algorithm
 from fedtune.config.job import JobConfig
 from fedtune.core import killpoints
-from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable, UpdateRejected
+from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
+from fedtune.engines.participation import check_sample_count, sample_names
 from fedtune.engines.publish import (
     publish as _publish,
     stored_size,  # noqa: F401 - re-exported for the engines
@@ -97,16 +97,6 @@ def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     return sample_names([t.name for t in job.tenants], job.sampled_per_round, job.seed, round_index)
 
 
-def sample_names(names: list[str], k: int, seed: int, round_index: int) -> list[str]:
-    """A seeded sample of ``k`` of ``names`` for ``round_index``, sorted (what
-    :func:`sample_clients` draws; a secure-aggregation tenant draws it too)."""
-    names = sorted(names)
-    if k >= len(names):
-        return names
-    rng = random.Random(derive_seed(seed, "sample", round_index))
-    return sorted(rng.sample(names, k))
-
-
 def init_step(env: ProviderEnv) -> dict[str, Any]:
     """Provider: write the initial server state (skipped when it exists).
 
@@ -173,7 +163,7 @@ def collect_updates(
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             if bound is not None:  # a finite outlier (1e30) is rejected, naming the bound
                 check_update_norm(name, update.tensors, broadcast.tensors, bound[0], setting=bound[1])
-            _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
+            check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
             check_update_meta(name, update.meta)  # numbers under declared keys, no free text
@@ -183,16 +173,6 @@ def collect_updates(
             continue
         valid[name] = update
     return valid, rejected
-
-
-def _check_sample_count(tenant: str, value: Any, cap: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UpdateRejected(f"tenant {tenant!r}: num_samples must be a positive integer, got {value!r}")
-    if value > cap:
-        raise UpdateRejected(
-            f"tenant {tenant!r}: num_samples={value} exceeds its cap of {cap} (tenants[].max_samples "
-            "or limits.max_samples_per_tenant); a larger claim would dominate the weighted mean"
-        )
 
 
 def aggregate_step(
