@@ -20,7 +20,7 @@ from fedtune.engines.launcher_manifest import (
     build_urls_secret,
     load_deployment,
 )
-from fedtune.entrypoints.tenant_io import StepKind
+from fedtune.engines.tenant.pod_io import StepKind
 from tests.kfp.conftest import cluster_job_dict
 
 SCENARIO = "multi-tenant-gpu"

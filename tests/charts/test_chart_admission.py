@@ -36,7 +36,7 @@ from admission_cel import CppPolicy, Policy, PythonPolicy
 from chart_helpers import KUBE_VERSION, NAMESPACE, Rendered, Renderer
 
 from fedtune.engines.launcher_manifest import STEP_MODULES
-from fedtune.entrypoints.tenant_io import StepKind
+from fedtune.engines.tenant.pod_io import StepKind
 
 LAUNCHER = f"system:serviceaccount:{NAMESPACE}:ft-fedtune-launcher"
 RUNTIMES = {"cel-python": PythonPolicy, "cel-cpp": CppPolicy}

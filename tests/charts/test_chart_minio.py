@@ -139,7 +139,7 @@ def test_fedtune_presigned_urls_get_and_put_on_real_minio(fedtune_env: ChartMini
     """A tenant pod's whole exchange, by the URLs the launcher signs: it reads the broadcast,
     writes its update (sidecar included), and the provider reads the update back verified."""
     from fedtune.config.job import LimitsConfig
-    from fedtune.entrypoints.tenant_io import _request, presign
+    from fedtune.engines.tenant.pod_io import _request, presign
     from fedtune.storage import open_store
 
     tenant = open_store(f"s3://{EXCHANGE}/jobs/j1/tenants/a")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from chart_helpers import CHART_DIR, REPO_ROOT, Renderer
 
-from fedtune.pipelines.images import provider_image, tenant_image
+from fedtune.core.images import provider_image, tenant_image
 from tests.helpers.kfp_api import FakeKfp
 
 SHIPPED = sorted((CHART_DIR / "files" / "pipelines").glob("*.yaml"))

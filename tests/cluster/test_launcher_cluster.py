@@ -28,7 +28,7 @@ from fedtune.engines.launcher_manifest import (
     load_deployment,
 )
 from fedtune.engines.launcher_rbac import LAUNCHER_RULES
-from fedtune.entrypoints.tenant_io import presign, step_objects
+from fedtune.engines.tenant.pod_io import presign, step_objects
 from tests.cluster.conftest import Cluster, wait_for
 from tests.cluster.tenants import LAUNCHER_SA, PROVIDER_NS, inside_a_kfp_task, install_tenant
 from tests.helpers.moto import create_bucket, start_moto_server, use_fake_aws_env

@@ -23,9 +23,9 @@ from fedtune.config import JobConfig
 from fedtune.core.messages import ServerState
 from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
+from fedtune.engines.tenant.pod_io import PRESIGNED_ENV
 from fedtune.engines.workers import Outcome, Task
 from fedtune.entrypoints import client_step, final_step
-from fedtune.entrypoints.tenant_io import PRESIGNED_ENV
 from fedtune.tracking.base import NullTracker
 from tests.cluster.conftest import Cluster
 from tests.cluster.tenants import inside_a_kfp_task, install_tenant, tenant_secret

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from fedtune.algorithms.registry import algorithm_names
-from fedtune.config.packages import smoke
+from fedtune.config.capabilities import families
+from fedtune.config.packages import sections, smoke
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data" / "quickstart"
 
@@ -19,6 +20,21 @@ DATA = Path(__file__).resolve().parents[2] / "examples" / "data" / "quickstart"
 SMOKE: dict[str, dict[str, Any]] = {
     name: copy.deepcopy(dict(smoke(name).algorithm)) for name in algorithm_names()
 }
+
+
+def one_per_section(names: list[str]) -> list[str]:
+    """Of ``names``, the first each config section accepts: names that share a section share
+    the algorithm's class and differ by a setting (FedOpt's optimizer, FedPT's distillation),
+    so a costly per-algorithm test runs one row per section."""
+    wanted = set(names)
+    firsts = (next((n for n in get_args(s.model_fields["name"].annotation) if n in wanted), None)
+              for s in sections())
+    return [n for n in firsts if n is not None]
+
+
+def one_per_family() -> list[str]:
+    """The first algorithm of every pipeline family (the families' tenant steps differ most)."""
+    return [members[0] for members in families().values()]
 
 
 def tenant_fields(name: str) -> dict[str, Any]:

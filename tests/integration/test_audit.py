@@ -22,7 +22,7 @@ from fedtune.cli.main import main
 from fedtune.config import parse_job
 from fedtune.core.errors import ConfigError, ModelError, StoreError
 from fedtune.engines import layout, steps
-from fedtune.engines.audit import audit_step
+from fedtune.engines.tenant.audit import audit_step
 from fedtune.models.loading import save_pretrained_dir
 from fedtune.serving.gate import AUDIT_TAG
 from fedtune.training.context import build_model

@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from fedtune.config import JobConfig, parse_job
+from fedtune.config.capabilities import dp_sgd_algorithms
 from fedtune.core.messages import Update
-from fedtune.engines import dp_sgd_steps, layout
+from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant import dp_sgd as dp_sgd_steps
 from fedtune.privacy.example_level import epsilon
 from fedtune.tracking.base import NullTracker
 from tests.integration.conftest import tiny_job_dict
@@ -138,7 +140,7 @@ def test_the_tenant_insists_through_its_own_store(tmp_path: Path) -> None:
     assert shown["notes"] == ["example-level DP-SGD applied (the tenant keeps its epsilon to itself)"]
 
 
-@pytest.mark.parametrize("algorithm", ["fedprox", "scaffold", "fedadam", "fedbiot", "fedpt"])
+@pytest.mark.parametrize("algorithm", dp_sgd_algorithms())
 def test_dp_sgd_runs_in_every_algorithm_that_trains_through_the_loop(
     tmp_path: Path, algorithm: str
 ) -> None:
@@ -146,10 +148,12 @@ def test_dp_sgd_runs_in_every_algorithm_that_trains_through_the_loop(
     if algorithm == "scaffold":
         overrides["training"] = {"local_steps": 2, "batch_size": 4, "lr": 0.01, "max_seq_len": 160,
                                  "optimizer": "sgd"}
-    summary = run_job(_job(tmp_path, algorithm, **overrides), NullTracker(), QUIET)
+    job = _job(tmp_path, algorithm, **overrides)
+    summary = run_job(job, NullTracker(), QUIET)
     assert summary["completed"]
-    assert summary["rounds"][0]["tenants"]["tenant-a"]["metrics"]["dp_sgd/epsilon"] > 0
-    assert "tenant-a" in summary["rounds"][0]["accepted"]
+    first = job.tenants[0].name  # the one with dp_sgd ("all" for a single-tenant algorithm)
+    assert summary["rounds"][0]["tenants"][first]["metrics"]["dp_sgd/epsilon"] > 0
+    assert first in summary["rounds"][0]["accepted"]
 
 
 def test_dp_sgd_composes_with_dp_fedavg_and_secure_aggregation(tmp_path: Path) -> None:

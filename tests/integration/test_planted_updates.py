@@ -25,9 +25,10 @@ import torch
 
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.messages import Broadcast, ServerState, Update
-from fedtune.engines import layout, secagg_steps, steps
+from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
 from fedtune.engines.summary import RoundRecord
+from fedtune.engines.tenant import secagg as secagg_steps
 from fedtune.storage import LocalStore
 from fedtune.storage.base import Store
 from fedtune.storage.keys import SIDECAR_SUFFIX

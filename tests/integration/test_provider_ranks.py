@@ -22,7 +22,8 @@ import torch
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.errors import QuorumError
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, ranks
+from fedtune.engines import layout
+from fedtune.engines.provider import ranks
 from fedtune.entrypoints import aggregate, client_step, configure_round, server_init
 from tests.integration.conftest import DATA
 from tests.kfp.conftest import two_tenant_dict

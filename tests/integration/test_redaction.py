@@ -21,7 +21,7 @@ from fedtune.config import JobConfig, parse_job
 from fedtune.core.errors import DataError
 from fedtune.engines import layout, steps
 from fedtune.entrypoints import aggregate, client_step
-from tests.helpers.algorithms import tenant_fields
+from tests.helpers.algorithms import job_overrides, one_per_family, tenant_fields
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_boundary import CLIENT_CASES
 
@@ -36,21 +36,21 @@ def poisoned_data(folder: Path, marker: str) -> Path:
     return path
 
 
-#: FedAvg, and the algorithms whose tenant steps differ most from it: FedPT (a provider-side
-#: large model), FedMKT (tenants' own models, the shared public set), FewFedPIT (generation
-#: on the tenant's records).
-ALGORITHMS = ["fedavg", "fedpt", "fedmkt", "fewfedpit"]
+#: One algorithm of every pipeline family, whose tenant steps differ most: FedIT's, FedBiOT's
+#: (an emulator), FedPT's (a provider-side large model), FedMKT's (tenants' own models, the
+#: shared public set), FewFedPIT's (generation on the tenant's records).
+ALGORITHMS = one_per_family()
 
 
 def job_with_poison(
     tmp_path: Path, marker: str, algorithm: str = "fedavg", **overrides: Any
 ) -> dict[str, Any]:
-    raw = tiny_job_dict(tmp_path / "work", rounds=1, min_clients=2, **overrides)
+    fields = {**job_overrides(algorithm), **overrides}
+    fields.pop("tenants", None)  # its own tenants, as the tiny job's, with tenant_fields below
+    raw = tiny_job_dict(tmp_path / "work", rounds=1, min_clients=2, **fields)
     raw["tenants"][1]["data_uri"] = str(poisoned_data(tmp_path, marker))
     raw["tracking"] = {"backend": "mlflow"}  # a real SQLite store in the workdir
     raw["algorithm"] = CLIENT_CASES[algorithm]
-    if algorithm != "fedavg":
-        raw["public_data_uri"] = str(DATA / "public.jsonl")
     for tenant in raw["tenants"]:
         tenant.update(tenant_fields(algorithm))
     return raw

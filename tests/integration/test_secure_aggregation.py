@@ -13,8 +13,9 @@ from fedtune.algorithms.fedavg import FedAvg
 from fedtune.config import JobConfig
 from fedtune.core.errors import SecureAggregationError
 from fedtune.core.messages import Update
-from fedtune.engines import layout, secagg_steps, steps
+from fedtune.engines import layout, steps
 from fedtune.engines.local import RunOptions, run_job
+from fedtune.engines.tenant import secagg as secagg_steps
 from fedtune.tracking.base import NullTracker
 from tests.integration.test_fedit_reference import final_adapter
 

@@ -15,8 +15,10 @@ import torch
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.errors import SecureAggregationError
 from fedtune.core.messages import Update
-from fedtune.engines import layout, secagg_provider, secagg_steps
+from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
+from fedtune.engines.provider import secagg as secagg_provider
+from fedtune.engines.tenant import secagg as secagg_steps
 from fedtune.secagg import identity, prg, protocol as p, shamir
 from fedtune.tracking.base import NullTracker
 from tests.integration.conftest import DATA, tiny_job_dict

@@ -17,16 +17,20 @@ import torch
 from fedtune.algorithms.base import SecureSum
 from fedtune.algorithms.registry import get_algorithm
 from fedtune.config import JobConfig
+from fedtune.config.algorithms import summed_update_algorithms
 from fedtune.core.messages import ServerState
-from fedtune.engines import layout, secagg_steps
+from fedtune.engines import layout
 from fedtune.engines.local import RunOptions, run_job
+from fedtune.engines.tenant import secagg as secagg_steps
 from fedtune.tracking.base import NullTracker
+from tests.helpers.algorithms import one_per_section
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 
 pytestmark = pytest.mark.slow
 QUIET = RunOptions(progress=False)
 FRAC = 24
-SUMMED = ["scaffold", "fedbiot", "fedot", "fedpt", "fedavg-pt", "fewfedpit"]
+#: Every algorithm secure aggregation accepts, one per config section (two whole jobs a row).
+SUMMED = one_per_section(summed_update_algorithms())
 
 
 def _record(monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[dict[str, Any], list[SecureSum]]:
@@ -63,7 +67,7 @@ def test_the_unmasked_mean_is_the_plain_weighted_mean(
     parts, sums = _record(monkeypatch, name)
     secure = make_job(**fields, secure_aggregation={"enabled": True, "frac_bits": FRAC})
     summary = run_job(secure, NullTracker(), QUIET)
-    assert summary["completed"] and len(summary["rounds"][0]["accepted"]) == 3
+    assert summary["completed"] and len(summary["rounds"][0]["accepted"]) == len(secure.tenants)
     # 1. The sum: sum_i w_i x_i / sum_i w_i from the tenants' own tensors, in float64.
     (summed,) = sums
     total = sum(w for _, w in parts.values())

@@ -33,7 +33,7 @@ from fedtune.engines.launcher_manifest import (
     build_job_manifest,
     build_urls_secret,
 )
-from fedtune.entrypoints.tenant_io import step_objects
+from fedtune.engines.tenant.pod_io import step_objects
 from tests.helpers.algorithms import tenant_fields
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_boundary import CLIENT_CASES

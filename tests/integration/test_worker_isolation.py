@@ -20,6 +20,7 @@ import pytest
 
 from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import JobConfig
+from fedtune.config.capabilities import capabilities_of
 from fedtune.engines import steps
 from tests.integration.test_algorithm_table import JOB_OVERRIDES, TABLE
 
@@ -81,3 +82,33 @@ def test_the_probe_finds_a_tensor_held_across_tenants(make_job: Callable[..., Jo
     assert isolation.holders(refs, "tenant-a")
     del kept
     assert isolation.holders(refs, "tenant-a") == []
+
+
+def test_a_tenants_own_model_is_built_once_and_never_served_to_another_tenant(
+    make_job: Callable[..., JobConfig],
+) -> None:
+    """FedMKT's small model is its tenant's alone: kept (its adapter reset) for that tenant's
+    next step in this process, dropped as soon as the process serves another tenant."""
+    import torch
+
+    from fedtune.models.lora import adapter_state, set_adapter_state
+
+    owned = [n for n in algorithm_names() if capabilities_of(n).tenant_models]
+    assert owned  # the rule below is about these algorithms
+    job = make_job(rounds=1, algorithm=TABLE[owned[0]], **JOB_OVERRIDES.get(owned[0], {}))
+    tenants = steps.TenantEnvs(job)
+    a, b = tenants.names[:2]
+    model_a = tenants[a].ctx.peft_model()
+    initial = {k: v.clone() for k, v in adapter_state(model_a).items()}
+    set_adapter_state(model_a, {k: v + 1.0 for k, v in initial.items()})  # A's step trained it
+    tenants.release()
+
+    assert tenants[a].ctx.peft_model() is model_a  # A's next step: the same model, not rebuilt
+    assert all(torch.equal(v, initial[k]) for k, v in adapter_state(model_a).items())
+    tenants.release()
+    model_b = tenants[b].ctx.peft_model()
+    assert model_b is not model_a
+    held = [entry.get("owner") for entry in tenants._shared.cache.values()]
+    assert a not in held and b in held  # B's step finds no model of A's
+    tenants.release()
+    assert tenants[a].ctx.peft_model() is not model_a  # after B, A's model is built anew

@@ -17,9 +17,9 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from fedtune.core.images import provider_image, tenant_image
 from fedtune.pipelines import catalog
 from fedtune.pipelines.builder import HEAVY_STEPS
-from fedtune.pipelines.images import provider_image, tenant_image
 from fedtune.pipelines.run_form import PROVIDER_ENV, RunForm, resolve_job
 
 ROOT = catalog.repo_root()

@@ -12,8 +12,9 @@ import yaml
 from fedtune import __version__
 from fedtune.cli.main import main
 from fedtune.config import parse_job
+from fedtune.core.images import TENANT_IMAGE_ENV, Images, image_ref
 from fedtune.engines.launcher_manifest import TenantDeployment, build_job_manifest
-from fedtune.pipelines.images import TENANT_IMAGE_ENV, Images, image_ref, retarget_text
+from fedtune.pipelines.images import retarget_text
 from fedtune.pipelines.validate import validate_compiled
 from tests.kfp.conftest import cluster_job_dict
 

@@ -87,8 +87,8 @@ def test_kfp_local_run_equals_the_local_engine_bitwise(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_compiled_file_runs_3_and_5_rounds_equal_to_the_local_engine(tmp_path: Path) -> None:
     """The acceptance of runtime rounds: one family pipeline, compiled once, two job lengths."""
-    from fedtune.engines.kfp_local import run_job as run_kfp_file
     from fedtune.pipelines.builder import compile_pipeline
+    from fedtune.pipelines.kfp_local import run_job as run_kfp_file
 
     pipeline = compile_pipeline("fedit", tmp_path / "fedit.yaml", None)
     compiled = pipeline.read_text()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedtune.config import parse_job
-from fedtune.engines import dp_sgd_steps
 from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant import dp_sgd as dp_sgd_steps
 from tests.kfp.conftest import two_tenant_dict
 from tests.kfp.test_kfp_local import run_both
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fedtune.engines.kfp_tasks import forked_tasks
+from fedtune.pipelines.kfp_tasks import forked_tasks
 
 
 def test_a_forked_task_runs_in_its_own_process_and_returns_its_output(tmp_path: Path) -> None:

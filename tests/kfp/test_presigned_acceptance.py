@@ -22,7 +22,7 @@ from fedtune.core.errors import IntegrityError
 from fedtune.engines import acceptance, layout, steps
 from fedtune.engines.launcher import run_tenant_step
 from fedtune.engines.launcher_manifest import LauncherSettings
-from fedtune.entrypoints.tenant_io import PRESIGNED_ENV
+from fedtune.engines.tenant.pod_io import PRESIGNED_ENV
 from fedtune.storage import open_store
 from tests.kfp.fake_k8s import FakeClock, FakeJobApi
 from tests.kfp.test_tenant_pod import PodRunner, moto_endpoint, s3_job, tenants_file  # noqa: F401
@@ -143,7 +143,7 @@ def test_a_masked_upload_replaced_after_acceptance_stops_the_secure_round(
 ) -> None:
     """Under secure aggregation a replaced masked upload would spoil the unmasked sum without
     any check seeing it; the secure aggregate refuses it, naming the tenant and the object."""
-    from fedtune.engines import secagg_provider
+    from fedtune.engines.provider import secagg as secagg_provider
     from fedtune.engines.workers import Outcome
     from tests.helpers.moto import create_bucket, use_fake_aws_env
     from tests.kfp.conftest import two_tenant_job

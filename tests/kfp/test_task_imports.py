@@ -107,8 +107,8 @@ def test_looking_up_a_fedit_algorithm_imports_no_other_family_nor_peft() -> None
 
 
 def test_the_registry_table_names_every_registered_algorithm_and_its_module() -> None:
-    """The table against the ``@register`` decorators in the source, and against what
-    importing every module registers."""
+    """The table against the catalog read from the source (``@register`` classes and their
+    config sections), and against what importing every module registers."""
     assert sorted(BUILTIN) == sorted(algorithm_catalog())
     for module in set(BUILTIN.values()):
         importlib.import_module(module)

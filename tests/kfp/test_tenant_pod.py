@@ -23,7 +23,7 @@ from fedtune.core.errors import ConfigError, IntegrityError, StoreError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout, steps
 from fedtune.engines.launcher import run_tenant_step
-from fedtune.entrypoints import tenant_io
+from fedtune.engines.tenant import pod_io
 from fedtune.storage import open_store
 from tests.helpers.moto import admin_client, create_bucket, start_moto_server, use_fake_aws_env
 from tests.kfp.conftest import two_tenant_job
@@ -89,7 +89,7 @@ class PodRunner:
                 if "value" in item:
                     m.setenv(item["name"], item["value"])
             self.saw_provider_env = [n for n in PROVIDER_ENV if n in os.environ]
-            self.presigned.append(os.environ.get(tenant_io.PRESIGNED_ENV, ""))
+            self.presigned.append(os.environ.get(pod_io.PRESIGNED_ENV, ""))
             with pytest.raises(SystemExit) as done:
                 module.main(container["args"])
             code = int(done.value.code or 0)
@@ -210,13 +210,13 @@ def test_evaluate_runs_in_the_tenant_pod_and_matches_in_process(
 
 def test_tampered_broadcast_is_refused_by_the_tenant(s3_job: JobConfig, moto_endpoint: str) -> None:
     store = layout.JobStores(s3_job).exchange("tenant-a")
-    gets, puts = tenant_io.step_objects("client", tenant_view(s3_job, "tenant-a"), 1)
-    urls = tenant_io.presign(store, gets, puts, 600)
+    gets, puts = pod_io.step_objects("client", tenant_view(s3_job, "tenant-a"), 1)
+    urls = pod_io.presign(store, gets, puts, 600)
     bucket, prefix = store.uri.removeprefix("s3://").split("/", 1)
     key = f"{prefix}/{layout.round_broadcast_key(1)}.safetensors"
     admin_client(moto_endpoint).put_object(Bucket=bucket, Key=key, Body=b"not the broadcast")
     with pytest.raises(IntegrityError, match="does not match its sha256"):
-        tenant_io.run_presigned(tenant_view(s3_job, "tenant-a"), "client", 1, urls)
+        pod_io.run_presigned(tenant_view(s3_job, "tenant-a"), "client", 1, urls)
     assert not Update.stored(store, layout.update_key(1))
 
 
@@ -225,12 +225,12 @@ def test_urls_for_other_objects_are_refused(
 ) -> None:
     job = two_tenant_job(tmp_path)
     wrong = {"get": {"state/round-000001.json": "u"}, "put": {}}
-    monkeypatch.setenv(tenant_io.PRESIGNED_ENV, json.dumps(wrong))
+    monkeypatch.setenv(pod_io.PRESIGNED_ENV, json.dumps(wrong))
     with pytest.raises(ConfigError, match="this step reads"):
-        tenant_io.read_urls(tenant_io.step_objects("client", tenant_view(job, "tenant-a"), 1))
-    monkeypatch.setenv(tenant_io.PRESIGNED_ENV, "not json")
+        pod_io.read_urls(pod_io.step_objects("client", tenant_view(job, "tenant-a"), 1))
+    monkeypatch.setenv(pod_io.PRESIGNED_ENV, "not json")
     with pytest.raises(ConfigError, match="not a JSON object"):
-        tenant_io.read_urls(tenant_io.step_objects("client", tenant_view(job, "tenant-a"), 1))
+        pod_io.read_urls(pod_io.step_objects("client", tenant_view(job, "tenant-a"), 1))
 
 
 def test_a_local_exchange_store_cannot_be_handed_to_a_tenant_pod(tmp_path: Path) -> None:
@@ -254,9 +254,9 @@ def test_a_broadcast_the_provider_has_not_written_is_a_clear_store_error(
     s3_job: JobConfig,
 ) -> None:
     store = layout.JobStores(s3_job).exchange("tenant-a")
-    urls = tenant_io.presign(store, *tenant_io.step_objects("client", tenant_view(s3_job, "tenant-a"), 2), 600)
+    urls = pod_io.presign(store, *pod_io.step_objects("client", tenant_view(s3_job, "tenant-a"), 2), 600)
     with pytest.raises(StoreError, match=r"GET of exchange object 'round-000002/broadcast") as info:
-        tenant_io.run_presigned(tenant_view(s3_job, "tenant-a"), "client", 2, urls)
+        pod_io.run_presigned(tenant_view(s3_job, "tenant-a"), "client", 2, urls)
     assert "HTTP 404" in str(info.value) and "has not written" in info.value.fix
     assert "X-Amz-Signature" not in str(info.value)  # the capability is never echoed
 
@@ -268,8 +268,8 @@ def test_a_secure_round_runs_every_tenant_step_in_tenant_pods_and_equals_the_loc
     the exchange only through pre-signed URLs for its own messages; the unmasked state is the
     local engine's, bit for bit."""
     from fedtune.core.messages import ServerState
-    from fedtune.engines import secagg_provider
     from fedtune.engines.local import RunOptions, run_job
+    from fedtune.engines.provider import secagg as secagg_provider
     from fedtune.engines.workers import Outcome
     from fedtune.tracking.base import NullTracker
 
@@ -322,7 +322,7 @@ def test_each_secure_or_private_step_is_given_exactly_its_messages(tmp_path: Pat
         tmp_path, algorithm={"name": "fedavg", "aggregation_weights": "uniform"},
         secure_aggregation={"enabled": True}, differential_privacy=dp,
     )
-    objects = {k: tenant_io.step_objects(k, tenant_view(job, "tenant-a"), 3) for k in
+    objects = {k: pod_io.step_objects(k, tenant_view(job, "tenant-a"), 3) for k in
                ("secagg-advertise", "secagg-share", "client", "secagg-unmask")}
     r = "round-000003"
     assert objects["secagg-advertise"] == ([], [f"{r}/secagg/advert.json"])
@@ -336,5 +336,5 @@ def test_each_secure_or_private_step_is_given_exactly_its_messages(tmp_path: Pat
         f"{r}/secagg/inbox.json", f"{r}/privacy.json",
     }
     assert puts == [f"{r}/update.safetensors", f"{r}/update.json"]
-    plain = tenant_io.step_objects("client", tenant_view(two_tenant_job(tmp_path / "p"), "tenant-a"), 3)
+    plain = pod_io.step_objects("client", tenant_view(two_tenant_job(tmp_path / "p"), "tenant-a"), 3)
     assert plain == ([f"{r}/broadcast.safetensors", f"{r}/broadcast.json"], puts)

@@ -28,7 +28,7 @@ out = Console(highlight=False)
 
 def run_kfp_local(job: JobConfig, options: RunOptions) -> dict[str, Any]:
     """Run ``job`` through its compiled pipeline with ``kfp.local``; return the run summary."""
-    from fedtune.engines.kfp_local import run_job
+    from fedtune.pipelines.kfp_local import run_job
 
     return run_job(job, options)
 
@@ -55,7 +55,7 @@ def _images(args: argparse.Namespace) -> Any:
         ConfigError: A malformed registry or digest, naming the flag.
     """
     from fedtune.core.errors import ConfigError
-    from fedtune.pipelines.images import REGISTRY, Images
+    from fedtune.core.images import REGISTRY, Images
 
     if not (args.image_registry or args.cpu_digest or args.gpu_digest):
         return None

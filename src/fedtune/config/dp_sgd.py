@@ -1,7 +1,7 @@
 """A tenant's own example-level DP-SGD (Abadi et al. 2016), run by Opacus in its client step.
 
 Set per tenant in the job (``tenants[].dp_sgd``), or by the tenant itself in its own store
-(``dp-sgd.json``, same fields; see :mod:`fedtune.engines.dp_sgd_steps`), which then wins::
+(``dp-sgd.json``, same fields; see :mod:`fedtune.engines.tenant.dp_sgd`), which then wins::
 
     tenants:
       - name: tenant-a

@@ -1,6 +1,6 @@
 """HTTP requests with retries, by urllib3's ``Retry`` (the policy ``requests`` and boto use).
 
-Two callers: a tenant pod's transfers by pre-signed URL (``entrypoints/tenant_io.py``) and
+Two callers: a tenant pod's transfers by pre-signed URL (``engines/tenant/pod_io.py``) and
 FedPT's large-model endpoint (``algorithms/fedpt/http_source.py``). Both retry connection
 errors, timeouts and the listed statuses with exponential backoff (urllib3: no wait before
 the first retry, then ``backoff_s * 2**(n-1)``; a ``Retry-After`` header is honoured), and

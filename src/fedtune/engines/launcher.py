@@ -45,8 +45,8 @@ from fedtune.engines.launcher_manifest import (
     load_deployment,
     load_settings,
 )
-from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
-from fedtune.entrypoints.tenant_io import SECAGG_OBJECTS, StepKind, presign, step_objects
+from fedtune.engines.tenant.pod_io import SECAGG_OBJECTS, StepKind, presign, step_objects
+from fedtune.engines.tenant.tasks import failure_tag, run_tenant_task
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,8 @@ from fedtune.core.errors import (
     StoreUnavailable,
     error_classes,
 )
-from fedtune.entrypoints.common import JOB_ENV
-from fedtune.entrypoints.tenant_io import PRESIGNED_ENV, StepKind
-from fedtune.pipelines.images import TENANT_IMAGE_ENV, tenant_image
+from fedtune.core.images import TENANT_IMAGE_ENV, tenant_image
+from fedtune.engines.tenant.pod_io import JOB_ENV, PRESIGNED_ENV, StepKind
 
 TENANTS_FILE_ENV = "FEDTUNE_TENANTS_FILE"
 DEFAULT_TENANTS_FILE = "/etc/fedtune/tenants.json"

@@ -19,20 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fedtune.config.job import JobConfig, TrainingConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StopRequested
 from fedtune.core.update_meta import check_eval_metrics
-from fedtune.engines import (
-    layout,
-    privacy_steps,
-    ranks,
-    retention,
-    secagg_provider,
-    steps,
-    stopping,
-)
-from fedtune.engines.audit import record_audit
+from fedtune.engines import layout, privacy_steps, retention, steps, stopping
 from fedtune.engines.fingerprint import check_resumable, run_record
 from fedtune.engines.preflight import run_checks
+from fedtune.engines.provider import ranks, secagg as secagg_provider
+from fedtune.engines.provider.audit import record_audit
 from fedtune.engines.summary import RoundRecord, build_summary
-from fedtune.engines.tenant_tasks import TenantKind
+from fedtune.engines.tenant.tasks import TenantKind
 from fedtune.engines.workers import (
     InProcessRunner,
     Outcome,

@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, PrivacyBudgetError, UpdateRejected
 from fedtune.core.messages import Broadcast, ServerState, Update, prefixed
 from fedtune.engines import layout
-from fedtune.engines.steps import ProviderEnv, TenantEnv
 from fedtune.privacy.accountant import Sampling, epsilon, rounds_within
 from fedtune.privacy.adaptive import next_clip_norm, noised_unclipped_fraction
 from fedtune.privacy.mechanism import RoundPlan, clipped_sum, privatize, release
 from fedtune.privacy.noise import secret_generator
 from fedtune.storage.base import Store
+
+if TYPE_CHECKING:  # annotations only: the tenant's side imports this module too
+    from fedtune.engines.steps import ProviderEnv
+    from fedtune.engines.tenant.env import TenantEnv
 
 log = logging.getLogger(__name__)
 

@@ -4,14 +4,14 @@ Every engine runs these same functions: the local engine in one process, the KFP
 one per pod. A step whose output already exists and verifies is skipped, which is how a run
 resumes after a crash; steps are deterministic given the seed, the round and their inputs.
 Importing this module imports no torch (a KFP task that only reads records starts in a
-fraction of a second); the algorithm a job names is imported when its env is created.
+fraction of a second); the algorithm a job names is imported when its env is created. The
+tenant's steps live in :mod:`fedtune.engines.tenant.steps`, re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -21,20 +21,28 @@ from typing import TYPE_CHECKING, Any
 from fedtune.algorithms.registry import get_algorithm
 from fedtune.config.job import JobConfig
 from fedtune.core import killpoints
-from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable, UpdateRejected
-from fedtune.core.messages import Broadcast, ClientState, ServerState, Update
+from fedtune.core.errors import FedtuneError, QuorumError, StoreUnavailable
+from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
+from fedtune.engines.participation import check_sample_count, sample_names
 from fedtune.engines.publish import (
     publish as _publish,
     stored_size,  # noqa: F401 - re-exported for the engines
 )
 
-# The tenant's env lives in its own module; steps re-exports it for the engines.
-from fedtune.engines.tenant_env import (  # noqa: F401 - re-exported for the engines
+# The tenant's env and steps live in the tenant package; steps re-exports them for the engines.
+from fedtune.engines.tenant.env import (  # noqa: F401 - re-exported for the engines
     TenantEnv as TenantEnv,
     TenantEnvs as TenantEnvs,
     keep_failure_details as keep_failure_details,
+)
+from fedtune.engines.tenant.steps import (  # noqa: F401 - re-exported for the engines
+    client_step as client_step,
+    client_step_part as client_step_part,
+    evaluate_step as evaluate_step,
+    stored_update_result as stored_update_result,
+    train_client as train_client,
 )
 from fedtune.storage.base import Store
 from fedtune.training.context import (  # noqa: F401
@@ -89,20 +97,10 @@ def sample_clients(job: JobConfig, round_index: int) -> list[str]:
     return sample_names([t.name for t in job.tenants], job.sampled_per_round, job.seed, round_index)
 
 
-def sample_names(names: list[str], k: int, seed: int, round_index: int) -> list[str]:
-    """A seeded sample of ``k`` of ``names`` for ``round_index``, sorted (what
-    :func:`sample_clients` draws; a secure-aggregation tenant draws it too)."""
-    names = sorted(names)
-    if k >= len(names):
-        return names
-    rng = random.Random(derive_seed(seed, "sample", round_index))
-    return sorted(rng.sample(names, k))
-
-
 def init_step(env: ProviderEnv) -> dict[str, Any]:
     """Provider: write the initial server state (skipped when it exists).
 
-    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes it, rank 0 writes it.
+    On several ranks (:mod:`fedtune.engines.provider.ranks`) every rank computes it, rank 0 writes it.
     """
     store = env.store()
     key = layout.state_key(0)
@@ -139,90 +137,6 @@ def configure_step(env: ProviderEnv, round_index: int) -> dict[str, Any]:
     return out
 
 
-def client_step(env: TenantEnv, round_index: int) -> dict[str, Any]:
-    """Tenant: train on its own data; update to its exchange prefix, state to its own store."""
-    exchange = env.exchange
-    key = layout.update_key(round_index)
-    if Update.stored(exchange, key):  # a retry after the upload: report what it reported
-        return {"skipped": True, **stored_update_result(exchange, key)}
-    started = time.perf_counter()
-    update = train_client(env, round_index)
-    written = update.save(exchange, key)
-    return {
-        "seconds": time.perf_counter() - started,
-        "bytes": written,
-        "raw_bytes": update.nbytes,
-        "meta": update.meta,
-    }
-
-
-def client_step_part(
-    env: TenantEnv, round_index: int, start: int, stop: int | None
-) -> dict[str, Any]:
-    """Tenant: local steps ``start`` to ``stop`` (None: the end) of its client step.
-
-    A part that stops early saves its training state in the tenant's own store and returns
-    ``{"suspended": steps}``; the part that reaches the end returns what :func:`client_step`
-    returns. Run one after the other, the parts give the uninterrupted step's bits.
-    """
-    from fedtune.core.messages import Message
-    from fedtune.training.local import Segment, Suspended, segment
-
-    key = layout.partial_step_key(round_index)
-
-    def save(checkpoint: tuple[dict[str, Any], dict[str, Any]]) -> None:
-        Message(tensors=checkpoint[0], meta=checkpoint[1]).save(env.own, key)
-
-    def load() -> tuple[dict[str, Any], dict[str, Any]]:
-        saved = Message.load(env.own, key)
-        return saved.tensors, saved.meta
-
-    try:
-        with segment(Segment(start=start, stop=stop, load=load, save=save)):
-            out = client_step(env, round_index)
-    except Suspended as cut:
-        return {"suspended": cut.steps}
-    if start:
-        for suffix in (".json", ".safetensors"):
-            env.own.delete(key + suffix)
-    return out
-
-
-def train_client(env: TenantEnv, round_index: int) -> Update:
-    """Tenant: the algorithm's client step on the round's broadcast; keeps its client state."""
-    own = env.own
-    broadcast = Broadcast.load(env.exchange, layout.round_broadcast_key(round_index))
-    previous = layout.latest_round(own.list("client-state/"), before=round_index)
-    client_state = (
-        ClientState.load(own, layout.client_state_key(previous)) if previous is not None else None
-    )
-    from fedtune.engines import dp_sgd_steps  # the tenant's own example-level DP-SGD, if any
-
-    with dp_sgd_steps.example_privacy(env, round_index) as private:
-        update, new_state = env.algorithm.client_step(env.ctx, broadcast, env.data(), client_state)
-    update = dp_sgd_steps.finish(env, round_index, private, update)
-    # Kept state is versioned by round, so re-running a round after a crash reads the same
-    # input state and rewrites the same output: the step stays idempotent.
-    if new_state is not None:
-        for name, data in sorted(new_state.files.items()):
-            own.put_bytes(name, data)
-        new_state.save(own, layout.client_state_key(round_index))
-        _prune_client_states(own, keep_from=previous if previous is not None else round_index)
-    if env.job.client_level_dp:  # clipped (and noised) before anything sees it
-        from fedtune.engines.privacy_steps import privatize_update
-
-        update = privatize_update(env, round_index, update)
-    return update
-
-
-def _prune_client_states(store: Any, keep_from: int) -> None:
-    """Drop kept states older than the one this round read (a re-run of it still needs that)."""
-    for key in store.list("client-state/"):
-        found = layout.latest_round([key], before=keep_from)
-        if found is not None:
-            store.delete(key)
-
-
 def collect_updates(
     env: ProviderEnv, round_index: int, sampled: list[str], broadcast: Broadcast
 ) -> tuple[dict[str, Update], dict[str, str]]:
@@ -249,7 +163,7 @@ def collect_updates(
             env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
             if bound is not None:  # a finite outlier (1e30) is rejected, naming the bound
                 check_update_norm(name, update.tensors, broadcast.tensors, bound[0], setting=bound[1])
-            _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
+            check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(
                 next(t for t in env.job.tenants if t.name == name)
             ))
             check_update_meta(name, update.meta)  # numbers under declared keys, no free text
@@ -261,16 +175,6 @@ def collect_updates(
     return valid, rejected
 
 
-def _check_sample_count(tenant: str, value: Any, cap: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UpdateRejected(f"tenant {tenant!r}: num_samples must be a positive integer, got {value!r}")
-    if value > cap:
-        raise UpdateRejected(
-            f"tenant {tenant!r}: num_samples={value} exceeds its cap of {cap} (tenants[].max_samples "
-            "or limits.max_samples_per_tenant); a larger claim would dominate the weighted mean"
-        )
-
-
 def aggregate_step(
     env: ProviderEnv, round_index: int, sampled: list[str], extra: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -278,7 +182,7 @@ def aggregate_step(
 
     ``extra`` carries reasons for tenants whose client step failed in this process. Nothing
     is written when the quorum fails, so the stored state stays that of the last good round.
-    On several ranks (:mod:`fedtune.engines.ranks`) every rank computes the state, rank 0
+    On several ranks (:mod:`fedtune.engines.provider.ranks`) every rank computes the state, rank 0
     writes it.
     """
     store = env.store()
@@ -409,32 +313,6 @@ def final_broadcast_published(job: JobConfig, tenant: str) -> bool:
     return Broadcast.stored(exchange, layout.final_tenant_broadcast_key(job.rounds))
 
 
-def evaluate_step(env: TenantEnv) -> dict[str, float]:
-    """Tenant: metrics of the final model on its held-out split, from the final broadcast,
-    and, where the algorithm says tenants keep a model of their own, that model's metrics and
-    its export into the tenant's own store (:mod:`fedtune.engines.tenant_export`).
-
-    The metrics (scalars only) go to the tenant's exchange prefix for the provider.
-    """
-    rounds = env.job.rounds
-    out_key = layout.final_eval_key(rounds)
-    if env.exchange.exists(out_key):
-        return dict(env.exchange.get_json(out_key))
-    broadcast = Broadcast.load(env.exchange, layout.final_tenant_broadcast_key(rounds))
-    metrics = env.algorithm.evaluate(env.ctx, broadcast, env.data())
-    if env.algorithm.tenant_keeps_model:
-        # The tenant's own model (FedMKT's small model): scored and exported here, in the
-        # tenant's process, into its own store; only the scalars go to the exchange.
-        from fedtune.engines import tenant_export
-
-        kept = tenant_export.finished_state(env)  # the last round finished (finish_kept)
-        if kept is not None:
-            metrics.update(env.algorithm.evaluate_kept(env.ctx, env.data(), kept))
-            tenant_export.export_kept(env, kept)
-    env.exchange.put_json(out_key, metrics)
-    return metrics
-
-
 def export_step(env: ProviderEnv, out_dir: Path) -> dict[str, tuple[Artifact, str]]:
     """Provider: write the final models locally and copy them to the provider-private store.
 
@@ -449,13 +327,3 @@ def export_step(env: ProviderEnv, out_dir: Path) -> dict[str, tuple[Artifact, st
             store.put_bytes(f"{prefix}/{path.relative_to(artifact.path).as_posix()}", path.read_bytes())
         out[name] = (artifact, f"{store.uri.rstrip('/')}/{prefix}")
     return out
-
-
-def stored_update_result(store: Any, key: str) -> dict[str, Any]:
-    """What the client step that stored the update at ``key`` reported: its stored bytes, the
-    plain update's bytes (a masked upload records them in its meta) and its meta. A retried
-    step (or pod) that finds its upload reports the same."""
-    update = Update.load(store, key)
-    plain = update.meta.get("secagg", {}).get("plain_bytes")
-    return {"bytes": stored_size(store, key),
-            "raw_bytes": update.nbytes if plain is None else plain, "meta": update.meta}

@@ -9,7 +9,10 @@ tenant's step at a time and keeps nothing of one tenant for the next
 (:class:`~fedtune.engines.steps.TenantEnvs`): that tenant's data, encodings and context go,
 and the LoRA weights it trained are reset. What stays warm across rounds and tenants is what
 every tenant may read: the tokenizer, the frozen tenant-readable base model and its PEFT
-wrapper (a tenant's own model, FedMKT's, is that tenant's and is dropped). Workers
+wrapper. A tenant's own model (FedMKT's) is that tenant's: it stays, its adapter reset, for
+that tenant's next step on the same worker, and goes when the worker serves another tenant
+(the pool hands out a round's tasks in the same order, so a tenant tends to meet its worker
+again). Workers
 run the very step functions of the sequential engine against the same stores, every seed is
 derived as there, and the provider aggregates in sorted tenant order: a run with N workers is
 bitwise equal to a run with one. Where the algorithm allows it, a round's client steps are
@@ -48,10 +51,10 @@ from fedtune.core.cpu import threads_for, usable_cpus
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
 from fedtune.engines.parent_death import die_with_parent, name_engine
-from fedtune.engines.tenant_tasks import TenantKind
+from fedtune.engines.tenant.tasks import TenantKind
 
 if TYPE_CHECKING:
-    from fedtune.engines.tenant_env import TenantEnvs
+    from fedtune.engines.tenant.env import TenantEnvs
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +271,7 @@ def run_task(tenants: Any, task: Task) -> Outcome:
     the tenant's own store.
     """
     from fedtune.engines import steps
-    from fedtune.engines.tenant_tasks import failure_tag, run_tenant_task
+    from fedtune.engines.tenant.tasks import failure_tag, run_tenant_task
 
     env = tenants[task.tenant]
     try:

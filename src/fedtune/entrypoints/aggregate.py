@@ -17,7 +17,8 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
-from fedtune.engines import layout, ranks, retention, steps
+from fedtune.engines import layout, retention, steps
+from fedtune.engines.provider import ranks
 from fedtune.engines.summary import RoundRecord
 from fedtune.entrypoints import common
 from fedtune.storage.base import Store

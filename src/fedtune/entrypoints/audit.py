@@ -3,7 +3,7 @@
 ``python -m fedtune.entrypoints.audit --job JOB.yaml --tenant NAME`` runs it in this process;
 a launched tenant pod adds ``--presigned``. Only the scores (mean, quantiles, count at or
 above the threshold, records audited) go to the provider; line numbers and generations stay
-in the tenant's private store (:func:`fedtune.engines.audit.audit_step`).
+in the tenant's private store (:func:`fedtune.engines.tenant.audit.audit_step`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``python -m fedtune.entrypoints.client_step --job JOB.yaml --round N --tenant NAME``
 runs the step in this process. A launched tenant pod adds ``--presigned`` and gets its job
 from ``$FEDTUNE_JOB_JSON`` and its exchange objects as pre-signed URLs (see
-:mod:`fedtune.entrypoints.tenant_io`). The KFP component calls :func:`run`, which goes through
+:mod:`fedtune.engines.tenant.pod_io`). The KFP component calls :func:`run`, which goes through
 the tenant launcher (a Job in the tenant's namespace when inside a cluster).
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError
 from fedtune.engines import steps
-from fedtune.engines.tenant_tasks import run_tenant_task
-from fedtune.entrypoints import common, tenant_io
-from fedtune.entrypoints.tenant_io import StepKind
+from fedtune.engines.tenant import pod_io
+from fedtune.engines.tenant.pod_io import StepKind
+from fedtune.engines.tenant.tasks import run_tenant_task
+from fedtune.entrypoints import common
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def parse(argv: Sequence[str] | None, description: str, step: str) -> argparse.N
     parser.add_argument(
         "--presigned",
         action="store_true",
-        help=f"reach the exchange only through the URLs in ${tenant_io.PRESIGNED_ENV}",
+        help=f"reach the exchange only through the URLs in ${pod_io.PRESIGNED_ENV}",
     )
     return parser.parse_args(argv)
 
@@ -77,8 +78,8 @@ def body(args: argparse.Namespace, kind: StepKind = "client") -> dict[str, Any]:
     the job's stores."""
     if args.presigned:  # a launched pod: its view of the job, never the job
         view = common.tenant_view_for(args)
-        urls = tenant_io.read_urls(tenant_io.step_objects(kind, view, args.round))
-        return tenant_io.run_presigned(view, kind, args.round, urls)
+        urls = pod_io.read_urls(pod_io.step_objects(kind, view, args.round))
+        return pod_io.run_presigned(view, kind, args.round, urls)
     job = common.read_job(args.job, args.job_json)
     # Never the launcher here: this process may itself be the launched pod.
     return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, args.round)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 from fedtune.config import format_validation_errors, load_job, parse_job
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.engines.tenant.pod_io import JOB_ENV
 from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
 
@@ -30,9 +31,6 @@ log = logging.getLogger(__name__)
 
 TERMINATION_LOG_ENV = "FEDTUNE_TERMINATION_LOG"
 """Where a failing step writes its redacted failure (default ``/dev/termination-log``)."""
-
-JOB_ENV = "FEDTUNE_JOB_JSON"
-"""Environment variable holding the job config as JSON (how a launched tenant pod gets it)."""
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Tenant, after the last round: metrics of the final model on the tenant's held-out split.
 
 ``python -m fedtune.entrypoints.evaluate --job JOB.yaml --tenant NAME`` runs it in this
-process; a launched tenant pod adds ``--presigned`` (see :mod:`fedtune.entrypoints.tenant_io`).
+process; a launched tenant pod adds ``--presigned`` (see :mod:`fedtune.engines.tenant.pod_io`).
 The KFP component calls :func:`run`, which goes through the tenant launcher.
 """
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.engines import steps
-from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
-from fedtune.entrypoints import common, tenant_io
+from fedtune.engines.tenant import pod_io
+from fedtune.engines.tenant.tasks import TenantKind, run_tenant_task
+from fedtune.entrypoints import common
 
 RESULT_FIELD: dict[str, str] = {"evaluate": "metrics", "audit": "scores"}
 """The field of each step's result (and marker) that carries what it produced."""
@@ -58,7 +59,7 @@ def parse(kind: TenantKind, description: str, argv: Sequence[str] | None) -> arg
     parser.add_argument(
         "--presigned",
         action="store_true",
-        help=f"reach the exchange only through the URLs in ${tenant_io.PRESIGNED_ENV}",
+        help=f"reach the exchange only through the URLs in ${pod_io.PRESIGNED_ENV}",
     )
     return parser.parse_args(argv)
 
@@ -67,7 +68,7 @@ def body(kind: TenantKind, args: argparse.Namespace) -> dict[str, Any]:
     """Run the step here: through pre-signed URLs in a launched pod, else on the job's stores."""
     if args.presigned:  # a launched pod: its view of the job, never the job
         view = common.tenant_view_for(args)
-        urls = tenant_io.read_urls(tenant_io.step_objects(kind, view, view.rounds))
-        return tenant_io.run_presigned(view, kind, view.rounds, urls)
+        urls = pod_io.read_urls(pod_io.step_objects(kind, view, view.rounds))
+        return pod_io.run_presigned(view, kind, view.rounds, urls)
     job = common.read_job(args.job, args.job_json)
     return run_tenant_task(steps.TenantEnv.create(job, args.tenant), kind, job.rounds)

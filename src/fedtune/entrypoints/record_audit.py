@@ -4,7 +4,7 @@
 
 Reads every audited tenant's scores from its exchange prefix (never the markers, which only
 order the tasks), the registered versions from ``summary/artifacts.json`` in the provider
-store, and runs :func:`fedtune.engines.audit.record_audit` in the run's tracker.
+store, and runs :func:`fedtune.engines.provider.audit.record_audit` in the run's tracker.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.engines import layout, steps
-from fedtune.engines.audit import record_audit
+from fedtune.engines.provider.audit import record_audit
 from fedtune.entrypoints import common
 from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
 

@@ -3,7 +3,7 @@
 ``python -m fedtune.entrypoints.secagg_advertise --job JOB.yaml --round N --tenant NAME`` runs it
 in this process; a launched tenant pod adds ``--presigned`` (see
 :mod:`fedtune.entrypoints.client_step`, whose command line it shares). The step itself is
-:func:`fedtune.engines.secagg_steps.advertise_step`.
+:func:`fedtune.engines.tenant.secagg.advertise_step`.
 """
 
 from __future__ import annotations

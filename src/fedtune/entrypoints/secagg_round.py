@@ -1,12 +1,12 @@
 """A secure-aggregation round in a pipeline: the bodies of its extra KFP components.
 
-The round's steps and their order are :data:`fedtune.engines.secagg_provider.SECURE_SEQUENCE`,
+The round's steps and their order are :data:`fedtune.engines.provider.secagg.SECURE_SEQUENCE`,
 the very sequence the local engine runs: tenant steps (``secagg-advertise``, ``secagg-share``,
 ``client``, ``secagg-unmask``) fan out over the tenants still in the round, each through the
 tenant launcher (a Job in the tenant's namespace in a cluster); provider steps
 (``route-keys``, ``route-shares``, ``request-unmask``) run between them. Each provider task
 replays the markers of the tenant step before it into a
-:class:`~fedtune.engines.secagg_provider.RoundLog`, runs its step, and passes the log on in its
+:class:`~fedtune.engines.provider.secagg.RoundLog`, runs its step, and passes the log on in its
 marker; its ``Output`` lists the tenants of the next tenant step. The secure aggregate step
 replays the last markers, unmasks and folds the round, and stores the same round record the
 local engine stores. Messages go through the exchange store only; markers carry names,
@@ -19,9 +19,10 @@ from typing import Any
 
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import FedtuneError, QuorumError
-from fedtune.engines import secagg_provider, steps
+from fedtune.engines import steps
+from fedtune.engines.provider import secagg as secagg_provider
+from fedtune.engines.tenant.pod_io import StepKind
 from fedtune.entrypoints import aggregate, client_step, common
-from fedtune.entrypoints.tenant_io import StepKind
 
 PREVIOUS_TENANT_STEP = {
     "route-keys": "secagg-advertise",

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import layout, ranks, retention, steps
+from fedtune.engines import layout, retention, steps
 from fedtune.engines.fingerprint import check_resumable, run_record
+from fedtune.engines.provider import ranks
 from fedtune.entrypoints import common
 from fedtune.pipelines.run_form import RunForm, open_rounds, resolve_job
 from fedtune.storage.base import Store

@@ -59,15 +59,10 @@ from fedtune.config.secrets import (
     PROVIDER_S3_SECRET,
     S3_SECRET_ENV,
 )
+from fedtune.core.images import TENANT_IMAGE_ENV, Images, tenant_image
 from fedtune.engines.launcher_manifest import DEFAULT_TENANTS_FILE, TENANTS_FILE_ENV
 from fedtune.pipelines import components as c, secagg_components as sc
-from fedtune.pipelines.images import (
-    TENANT_IMAGE_ENV,
-    Images,
-    heavy_step_image,
-    retarget_text,
-    tenant_image,
-)
+from fedtune.pipelines.images import heavy_step_image, retarget_text
 from fedtune.pipelines.run_form import FAMILIES, PROVIDER_ENV, pipeline_name, provider_marker
 
 HEAVY_STEPS = ("server-init", "aggregate", "final-broadcast", "export-and-register")
@@ -122,7 +117,7 @@ class ClusterSettings:
             ``access-key-id`` / ``secret-access-key``), optional: absent, they sign with
             ``store_secret``'s.
         images: The CPU and GPU images every task (and the launcher's tenant Jobs, when the
-            chart's tenants file names none) runs; see :mod:`fedtune.pipelines.images`.
+            chart's tenants file names none) runs; see :mod:`fedtune.core.images`.
     """
 
     tenants_configmap: str = "fedtune-tenants"
@@ -218,7 +213,7 @@ def secure_round_pipeline(
     settings: ClusterSettings | None, provider: ProviderResources | None = None
 ) -> Any:
     """The nested round pipeline of the secure-aggregation variant: the steps of
-    :data:`fedtune.engines.secagg_provider.SECURE_SEQUENCE`, each tenant step a fan-out
+    :data:`fedtune.engines.provider.secagg.SECURE_SEQUENCE`, each tenant step a fan-out
     through the launcher over the tenants still in the round, then the secure aggregate."""
     run_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 

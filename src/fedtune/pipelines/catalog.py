@@ -12,7 +12,9 @@ pipelines. They are generated, never edited:
     python -m fedtune.pipelines.catalog --check    # exit 1 when any is stale
 
 A test runs the check, so a change to a component, the builder or a job file that is not
-recompiled fails CI.
+recompiled fails CI. A job file whose algorithm's package is gone, and what was compiled from
+it, is named first (no compile needed to see it): the job file is the one hand-written file a
+deleted algorithm leaves behind.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from pathlib import Path
 import yaml
 from kfp import compiler
 
+from fedtune.algorithms.registry import algorithm_names
 from fedtune.config import load_job
 from fedtune.config.job import JobConfig, ProviderResources
 from fedtune.pipelines.builder import ClusterSettings
 from fedtune.pipelines.compiling import compile_job
 from fedtune.pipelines.components import COMPONENTS
-from fedtune.pipelines.job_files import job_files
+from fedtune.pipelines.job_files import job_algorithm, job_files
 
 COMMITTED_SETTINGS = ClusterSettings(
     s3_endpoint="http://fedtune-minio.fedtune.svc.cluster.local:9000",
@@ -69,7 +72,10 @@ def render(root: Path) -> dict[Path, str]:
     outputs: dict[Path, str] = {}
     compiled, skipped = job_files(root)
     for job_file in skipped:
-        sys.stderr.write(f"skipped {job_file.relative_to(root)}: its algorithm is not installed\n")
+        sys.stderr.write(
+            f"skipped {job_file.relative_to(root)}: its algorithm is not installed (delete it; "
+            "--check fails while it is there)\n"
+        )
     with tempfile.TemporaryDirectory(prefix="fedtune-catalog-") as tmp:
         for job_file in compiled:
             for stem, job in variants(load_job(job_file), job_file.stem).items():
@@ -85,10 +91,46 @@ def render(root: Path) -> dict[Path, str]:
     return outputs
 
 
+def orphans(root: Path) -> list[str]:
+    """One line for each job file whose algorithm no installed package declares, and for each
+    committed file compiled from it (read from the files, without compiling)."""
+    lines: list[str] = []
+    _, skipped = job_files(root)
+    for job_file in skipped:
+        lines.append(
+            f"{job_file.relative_to(root)}: algorithm {job_algorithm(job_file)!r} has no package "
+            f"under src/fedtune/algorithms (installed: {', '.join(algorithm_names())}); delete "
+            "this job file, then run `python -m fedtune.pipelines.catalog --write`"
+        )
+        for stem in (job_file.stem, f"{job_file.stem}-gpu"):  # as :func:`variants` names them
+            compiled = root / "pipelines" / "compiled" / f"{stem}.yaml"
+            if not compiled.exists():
+                continue
+            generated = [compiled, root / CHART_PIPELINES / f"{_name_in(compiled)}.yaml"]
+            lines += [
+                f"{path.relative_to(root)}: compiled from {job_file.relative_to(root)}, whose "
+                "algorithm is gone; `--write` deletes it"
+                for path in generated
+                if path.exists()
+            ]
+    return lines
+
+
+def _name_in(compiled: Path) -> str:
+    # libyaml where present: a compiled pipeline is ~100 KB.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    first = next(yaml.load_all(compiled.read_text("utf-8"), Loader=loader))
+    return str(first["pipelineInfo"]["name"])
+
+
 def stale(root: Path) -> list[Path]:
     """Committed files that differ from a fresh compile, are missing, or have no source."""
     expected = render(root)
-    found = {*(root / "pipelines" / "compiled").glob("*.yaml"), *(root / CHART_PIPELINES).glob("*.yaml")}
+    found = {
+        *(root / "pipelines" / "compiled").glob("*.yaml"),
+        *(root / CHART_PIPELINES).glob("*.yaml"),
+        *(root / "components").glob("*/component.yaml"),
+    }
     problems = [p for p, text in expected.items() if not p.exists() or p.read_text("utf-8") != text]
     return sorted(set(problems) | (found - set(expected)))
 
@@ -118,9 +160,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in write(args.root):
             sys.stdout.write(f"wrote {path.relative_to(args.root)}\n")
         return 0
+    gone = orphans(args.root)
+    if gone:  # the rest is compared once these are gone (a compile takes seconds)
+        sys.stdout.write("".join(f"orphan: {line}\n" for line in gone))
+        return 1
     problems = stale(args.root)
     for path in problems:
         sys.stdout.write(f"stale: {path.relative_to(args.root)}\n")
+    if problems:
+        sys.stdout.write("run `python -m fedtune.pipelines.catalog --write` to regenerate them\n")
     return 1 if problems else 0
 
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
 
-from fedtune.pipelines.images import provider_image
+from fedtune.core.images import provider_image
 
 IMAGE = provider_image()
 

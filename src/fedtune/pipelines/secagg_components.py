@@ -13,7 +13,7 @@ components they pass only small JSON markers, as artifacts (see
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Metrics, Output
 
-from fedtune.pipelines.images import provider_image
+from fedtune.core.images import provider_image
 
 IMAGE = provider_image()
 

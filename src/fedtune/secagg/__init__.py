@@ -5,6 +5,6 @@ Pure modules, one idea each: :mod:`fixedpoint` (floats <-> the ring Z_2^64), :mo
 (masks from a seed), :mod:`keys` (X25519 + HKDF, authenticated share channels), :mod:`identity` (Ed25519
 signatures of long-term tenant keys), :mod:`graph` (SecAgg+'s Harary graph), :mod:`messages`,
 :mod:`shamir` (threshold sharing of seeds and keys), :mod:`protocol` (the four steps and
-unmasking). The engine wiring lives in :mod:`fedtune.engines.secagg_steps` (tenant) and
-:mod:`fedtune.engines.secagg_provider` (provider).
+unmasking). The engine wiring lives in :mod:`fedtune.engines.tenant.secagg` (tenant) and
+:mod:`fedtune.engines.provider.secagg` (provider).
 """

@@ -2,7 +2,7 @@
 
 The same code runs in three places: single-process on CPU in tests and on laptops (gloo
 backend, CPU accelerator), and multi-process when a step runs on several ranks
-(:mod:`fedtune.engines.ranks` starts them with torch's elastic launcher, which sets the rank
+(:mod:`fedtune.engines.provider.ranks` starts them with torch's elastic launcher, which sets the rank
 variables). Without a
 launcher, DeepSpeed reaches for MPI unless ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` are set, so :func:`ensure_single_process_env` sets them

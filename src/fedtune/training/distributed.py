@@ -1,7 +1,7 @@
 """Data parallelism inside one provider step: a rank's rows of a batch, and how the ranks'
 token means add up to the one-process mean (which rank this is: :mod:`fedtune.training.world`).
 
-A multi-rank step (:mod:`fedtune.engines.ranks`) runs the same deterministic step on every
+A multi-rank step (:mod:`fedtune.engines.provider.ranks`) runs the same deterministic step on every
 rank: each draws the same seeded batches and keeps the rows ``rank::world`` of each. The
 alignment losses are means over real tokens (:mod:`fedtune.training.distill`), so rank ``r``
 weighs its mean by its share of the batch's real tokens, ``n_r / n``; the data-parallel

@@ -13,29 +13,33 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Generic, Literal, TypeVar
 
 import pytest
 import yaml
 
+from fedtune.algorithms import registry
 from fedtune.algorithms.registry import algorithm_names
 from fedtune.config.capabilities import Capabilities, families
 from fedtune.config.packages import AlgorithmSpec, Smoke, specs
 from fedtune.config.sections import WeightedMeanConfig
-from fedtune.core.errors import ConfigError
-from fedtune.pipelines.catalog import repo_root
+from fedtune.core.errors import ConfigError, RegistryError
+from fedtune.pipelines.catalog import pipeline_name_of, repo_root
 from tests.helpers.algorithms import SMOKE
 from tests.integration.conftest import tiny_job_dict
+
+C = TypeVar("C")
 
 _PROBE = r"""
 import contextlib, io, json, pathlib, sys
 import yaml
+from fedtune.algorithms import registry
 from fedtune.algorithms.registry import algorithm_names
 from fedtune.cli.main import main
 from fedtune.config import parse_job
 from fedtune.config.algorithms import summed_update_algorithms
 from fedtune.config.capabilities import dp_sgd_algorithms, names_where
-from fedtune.core.errors import ConfigError
+from fedtune.core.errors import ConfigError, RegistryError
 from fedtune.pipelines.job_files import job_files
 from fedtune.pipelines.run_form import FAMILIES
 from tests.helpers.algorithms import SMOKE, job_overrides
@@ -63,6 +67,12 @@ with contextlib.redirect_stdout(listing):
     main(["algorithms"])
 out["validate_err"], out["listing"] = err.getvalue(), listing.getvalue()
 out["pipeline_jobs"] = [p.name for p in job_files(pathlib.Path(repo))[0]]
+from fedtune.pipelines import catalog
+check = io.StringIO()
+if catalog.orphans(pathlib.Path(repo)):  # else the check compiles every pipeline (seconds)
+    with contextlib.redirect_stdout(check):
+        out["check_rc"] = catalog.main(["--check", "--root", repo])
+out["check"] = check.getvalue()
 print("PROBE " + json.dumps(out))
 """
 
@@ -103,6 +113,18 @@ def test_deleting_an_algorithm_package_removes_it_everywhere(package: str, tmp_p
     jobs = sorted((repo_root() / "pipelines" / "jobs").glob("*.yaml"))
     kept = [p.name for p in jobs if yaml.safe_load(p.read_text())["algorithm"]["name"] not in names]
     assert seen["pipeline_jobs"] == kept
+    # The job file left behind, and all that was compiled from it, fail the catalog check by name.
+    left_behind = [p for p in jobs if p.name not in kept]
+    check = str(seen["check"])
+    assert seen.get("check_rc") == (1 if left_behind else None)
+    assert check.count("orphan: ") == 5 * len(left_behind)  # job, 2 compiled, 2 chart files
+    for job_file in left_behind:
+        assert f"orphan: pipelines/jobs/{job_file.name}: algorithm {gone!r} has no package" in check
+        for stem in (job_file.stem, f"{job_file.stem}-gpu"):
+            compiled = repo_root() / "pipelines" / "compiled" / f"{stem}.yaml"
+            chart = f"charts/fedtune/files/pipelines/{pipeline_name_of(compiled.read_text())}.yaml"
+            for generated in (f"pipelines/compiled/{stem}.yaml", chart):
+                assert f"orphan: {generated}: compiled from pipelines/jobs/{job_file.name}" in check
     for listed in ("secure", "dp_sgd", "central_dp"):
         assert not names & set(seen[listed]), listed  # type: ignore[arg-type]
     family_members = [n for members in seen["families"].values() for n in members]  # type: ignore[union-attr]
@@ -124,3 +146,27 @@ def test_a_spec_must_give_every_name_its_smoke_settings() -> None:
         AlgorithmSpec(sections=(TwoNames,), smoke={"one": Smoke({"name": "one"})})
     with pytest.raises(TypeError, match="carries that name"):
         AlgorithmSpec(sections=(TwoNames,), smoke={n: Smoke({"name": "one"}) for n in ("one", "two")})
+
+
+def test_a_registered_class_answers_to_its_sections_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Section(WeightedMeanConfig):
+        capabilities: ClassVar[Capabilities] = Capabilities(module="nowhere", family="fedit")
+        name: Literal["probe-one", "probe-two"]
+
+    class Base(Generic[C]):
+        pass
+
+    class Named(Base[Section]):
+        """Registered under its section's names, written only there."""
+
+    class Unnamed(Base[int]):
+        """Parameterised with no config section."""
+
+    monkeypatch.setattr(registry, "_ALGORITHMS", {})
+    registry.register(Named)  # type: ignore[type-var]
+    assert {n: registry.get_algorithm(n) for n in ("probe-one", "probe-two")} == {
+        "probe-one": Named, "probe-two": Named,
+    }
+    with pytest.raises(RegistryError, match="Unnamed names no config section") as caught:
+        registry.register(Unnamed)  # type: ignore[type-var]
+    assert "LoraFedAlgorithm[MyAlgoConfig]" in caught.value.render()

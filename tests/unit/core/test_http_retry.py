@@ -13,7 +13,7 @@ import pytest
 from fedtune.config.job import LimitsConfig
 from fedtune.core.errors import StoreError, StoreUnavailable
 from fedtune.core.http_retry import MaxRetryError, RetryingClient
-from fedtune.entrypoints import tenant_io
+from fedtune.engines.tenant import pod_io
 
 SECRET = "X-Amz-Signature=deadbeefcafe"
 
@@ -94,11 +94,11 @@ def test_tenant_transfers_word_their_errors_without_the_url(flaky: _Flaky) -> No
     limits = LimitsConfig(store_max_attempts=2)
     flaky.fail_next = [503, 503]
     with pytest.raises(StoreError, match="HTTP 503 Service Unavailable") as info:
-        tenant_io._request(_url(flaky), "round-000001/update", "GET", limits)
+        pod_io._request(_url(flaky), "round-000001/update", "GET", limits)
     assert "deadbeef" not in str(info.value) and flaky.seen == 2
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
     with pytest.raises(StoreUnavailable, match="2 attempt") as outage:
-        tenant_io._request(f"http://127.0.0.1:{port}/k?{SECRET}", "k", "GET", limits)
+        pod_io._request(f"http://127.0.0.1:{port}/k?{SECRET}", "k", "GET", limits)
     assert "deadbeef" not in str(outage.value)

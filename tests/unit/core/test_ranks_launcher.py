@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fedtune.core.errors import ConfigError, DataError, RankFailed
-from fedtune.engines import ranks
+from fedtune.engines.provider import ranks
 from tests.helpers import ranks as rank_functions
 
 

@@ -13,11 +13,12 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from fedtune.config import parse_job
+from fedtune.config.capabilities import dp_sgd_algorithms
 from fedtune.config.dp_sgd import DpSgdConfig
 from fedtune.core.errors import ConfigError, PrivacyBudgetError
-from fedtune.engines import dp_sgd_steps
 from fedtune.engines.fingerprint import config_fingerprint
 from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant import dp_sgd as dp_sgd_steps
 from fedtune.models import lora as lora_helpers
 from fedtune.privacy.example_level import epsilon, sample_rate
 from fedtune.training.context import ExampleBatches
@@ -163,11 +164,16 @@ def test_bad_values_are_collected_in_one_config_error(tmp_path: Path) -> None:
         assert field in text
 
 
-@pytest.mark.parametrize("algorithm", ["fedmkt", "fewfedpit"])
-def test_algorithms_outside_the_loop_are_refused(tmp_path: Path, algorithm: str) -> None:
+@pytest.mark.parametrize("algorithm", sorted(TABLE))
+def test_a_tenants_dp_sgd_is_refused_by_exactly_the_algorithms_outside_the_loop(
+    tmp_path: Path, algorithm: str
+) -> None:
     d = tiny_job_dict(tmp_path, algorithm=TABLE[algorithm], **JOB_OVERRIDES.get(algorithm, {}))
     parse_job(d)  # a valid job without dp_sgd
     d["tenants"][0]["dp_sgd"] = GOOD
+    if algorithm in dp_sgd_algorithms():
+        assert parse_job(d).tenants[0].dp_sgd is not None
+        return
     with pytest.raises(ConfigError, match=r"cannot apply a tenant's dp_sgd.*remove tenants\[\]\.dp_sgd"):
         parse_job(d)
 

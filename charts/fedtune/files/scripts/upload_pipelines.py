@@ -67,7 +67,8 @@ def prepared(path: Path, images: tuple[str, str] | None) -> tuple[str, str]:
 
     text = path.read_text(encoding="utf-8")
     if images is not None:
-        from fedtune.pipelines.images import Images, retarget_text
+        from fedtune.core.images import Images
+        from fedtune.pipelines.images import retarget_text
 
         text = retarget_text(text, Images(cpu=images[0], gpu=images[1]))
     name = next(yaml.safe_load_all(text))["pipelineInfo"]["name"]

@@ -196,7 +196,7 @@ class LoraFedAlgorithm(Algorithm[C], Generic[C]):
         return update, client_state
 
 
-@register("fedavg")
+@register
 class FedAvg(LoraFedAlgorithm[FedAvgConfig]):
     """Sample-weighted FedAvg of LoRA adapters."""
 

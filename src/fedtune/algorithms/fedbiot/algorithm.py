@@ -158,7 +158,7 @@ class OffsiteFamily(Algorithm[C], Generic[C]):
         return model, ctx.tokenizer()
 
 
-@register("fedbiot")
+@register
 class FedBiOT(OffsiteFamily[FedBiOTConfig]):
     """Last-layers adapter, proximal client term, per-round emulator alignment."""
 
@@ -182,12 +182,12 @@ class FedBiOT(OffsiteFamily[FedBiOTConfig]):
         return str(self.config.adapter_size)
 
 
-@register("fedot")
+@register
 class FedOT(OffsiteFamily[FedOTConfig]):
     """First-2 + last-2 adapter, one-shot distillation, FedAvg of adapters."""
 
 
-@register("offsite-tuning")
+@register
 class OffsiteTuning(OffsiteFamily[OffsiteTuningConfig]):
     """FedOT with exactly one tenant that holds all the data."""
 

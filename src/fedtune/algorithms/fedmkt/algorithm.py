@@ -70,7 +70,7 @@ _DTYPES = {
 }
 
 
-@register("fedmkt")
+@register
 class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
     """Mutual knowledge transfer between the provider's LLM and tenants' own small models."""
 

@@ -27,7 +27,7 @@ from fedtune.core.messages import ServerState, Update, prefixed
 from fedtune.training.context import ProviderContext
 
 
-@register("fedopt", "fedadagrad", "fedadam", "fedyogi")
+@register
 class FedOpt(LoraFedAlgorithm[FedOptConfig]):
     """FedAvg's clients with an adaptive optimizer on the server."""
 

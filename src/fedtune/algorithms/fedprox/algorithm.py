@@ -15,7 +15,7 @@ from fedtune.algorithms.registry import register
 from fedtune.training.local import Regularizer, proximal_term
 
 
-@register("fedprox")
+@register
 class FedProx(LoraFedAlgorithm[FedProxConfig]):
     """FedAvg whose clients stay close to the global adapter."""
 

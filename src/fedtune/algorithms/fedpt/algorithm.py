@@ -40,7 +40,7 @@ MANIFEST = "fedpt.json"
 MANIFEST_FORMAT = 1
 
 
-@register("fedpt", "fedavg-pt")
+@register
 class FedPT(LoraFedAlgorithm[FedPTConfig]):
     """Small-model FedAvg plus the provider's proxy-tuning and (fedpt) distillation."""
 

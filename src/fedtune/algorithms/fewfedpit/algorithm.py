@@ -31,7 +31,7 @@ def synthetic_key(round_index: int) -> str:
     return f"synthetic/round-{round_index}.jsonl"
 
 
-@register("fewfedpit")
+@register
 class FewFedPIT(LoraFedAlgorithm[FewFedPITConfig]):
     """FedAvg on the provider; parameter isolation and local aggregation on the tenant."""
 

@@ -33,7 +33,7 @@ from fedtune.training.context import ProviderContext, TenantContext
 from fedtune.training.local import TrainResult
 
 
-@register("scaffold")
+@register
 class Scaffold(LoraFedAlgorithm[ScaffoldConfig]):
     """FedAvg with control variates correcting client drift."""
 

@@ -25,11 +25,15 @@ from fedtune.config.job import LimitsConfig
 from fedtune.config.tenant_view import TenantJob
 from fedtune.core.errors import ConfigError, IntegrityError, StoreError, StoreUnavailable
 from fedtune.core.http_retry import MaxRetryError, RetryingClient, without_query
-from fedtune.engines import layout, steps
-from fedtune.engines.tenant_tasks import TenantKind, run_tenant_task
+from fedtune.engines import layout
+from fedtune.engines.tenant.env import TenantEnv
+from fedtune.engines.tenant.tasks import TenantKind, run_tenant_task
 from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
+
+JOB_ENV = "FEDTUNE_JOB_JSON"
+"""Environment variable holding the job as JSON (how a launched tenant pod gets its view)."""
 
 PRESIGNED_ENV = "FEDTUNE_PRESIGNED"
 """Environment variable with ``{"get": {key: url}, "put": {key: url}}`` for a tenant pod."""
@@ -177,7 +181,7 @@ def run_presigned(
     limits = view.limits
     with tempfile.TemporaryDirectory(prefix="fedtune-exchange-") as tmp:
         store = open_store(tmp)
-        env = steps.TenantEnv.create(view, exchange=store)
+        env = TenantEnv.create(view, exchange=store)
         for key in gets:
             data = _request(urls["get"][key], key, "GET", limits)
             recorded = (

@@ -18,7 +18,7 @@ from typing import Any
 from fedtune.config.job import TrackingConfig
 from fedtune.core.messages import Broadcast, ClientState
 from fedtune.engines import layout
-from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant.env import TenantEnv
 
 
 def latest_client_state(env: TenantEnv) -> ClientState | None:

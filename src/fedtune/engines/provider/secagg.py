@@ -1,4 +1,4 @@
-"""The provider's steps of a secure-aggregation round (see :mod:`fedtune.engines.secagg_steps`
+"""The provider's steps of a secure-aggregation round (see :mod:`fedtune.engines.tenant.secagg`
 for the whole round): route keys and shares, ask for unmasking, unmask the sum and fold it.
 
 The provider routes messages it cannot read or forge: advertisements and share messages are
@@ -30,8 +30,8 @@ from fedtune.core.errors import (
 from fedtune.core.messages import Broadcast, ServerState, Update
 from fedtune.core.update_meta import check_update_meta
 from fedtune.engines import acceptance, layout
-from fedtune.engines.secagg_steps import MASKED, expected_roster, json_size, registered_identities
 from fedtune.engines.steps import ProviderEnv, _weighted, fold_updates
+from fedtune.engines.tenant.secagg import MASKED, expected_roster, json_size, registered_identities
 from fedtune.secagg import fixedpoint, identity, protocol as p, vector
 
 

@@ -38,13 +38,9 @@ from fedtune.config.tenant_view import TenantSecureAggregation
 from fedtune.core.errors import ConfigError, SecureAggregationError
 from fedtune.core.messages import Broadcast, Update
 from fedtune.engines import layout
-from fedtune.engines.steps import (
-    TenantEnv,
-    _check_sample_count,
-    sample_names,
-    stored_update_result,
-    train_client,
-)
+from fedtune.engines.participation import check_sample_count, sample_names
+from fedtune.engines.tenant.env import TenantEnv
+from fedtune.engines.tenant.steps import stored_update_result, train_client
 from fedtune.secagg import fixedpoint, identity, protocol as p, vector
 
 log = logging.getLogger(__name__)
@@ -205,7 +201,7 @@ def prepare_update(env: TenantEnv, update: Update, broadcast: Broadcast, parties
     name = env.tenant.name
     env.algorithm.check_update(name, update, broadcast, env.job.limits.max_update_bytes)
     check_update_bound(name, update.tensors, broadcast.tensors, env.job.limits)
-    _check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(env.tenant))
+    check_sample_count(name, update.meta.get("num_samples"), env.job.limits.sample_cap(env.tenant))
     specs = env.algorithm.expected_update_shapes(broadcast)
     weight = env.algorithm.sum_weight(update)
     flat = vector.flatten(update.tensors, specs) * weight

@@ -36,7 +36,7 @@ from fedtune.config.dp_sgd import DpSgdConfig, dp_sgd_problem
 from fedtune.config.loading import format_validation_errors
 from fedtune.core.errors import ConfigError, StoreError, StoreUnavailable
 from fedtune.core.messages import Update
-from fedtune.engines.steps import TenantEnv
+from fedtune.engines.tenant.env import TenantEnv
 from fedtune.privacy.example_level import Step
 from fedtune.training.dp_sgd import PrivateRun, running
 

@@ -149,8 +149,10 @@ class TenantEnvs:
         return self._env
 
     def release(self) -> None:
-        """Keep nothing of the tenant served last (a step ended): drop its env, wipe the
-        shared things. The next lookup builds its env anew; results do not change."""
+        """Keep nothing of the tenant served last (a step ended) that its next step does not
+        need: drop its env, reset the adapters it trained (its own model, FedMKT's, stays
+        until another tenant is served). The next lookup builds its env anew; results do not
+        change."""
         self._env = None
         self._shared.serve(None)
 

@@ -82,7 +82,7 @@ def _execute(pipeline_yaml: Path, pipeline_root: Path, arguments: dict[str, Any]
     # kfp.local indents output by swapping builtins.print per task; parallel loop iterations
     # restore each other's swaps out of order and leave it indented, so put it back here.
     saved_print = builtins.print
-    from fedtune.engines.kfp_tasks import forked_tasks
+    from fedtune.pipelines.kfp_tasks import forked_tasks
 
     with warnings.catch_warnings(), _importable_package(), forked_tasks():
         # Known and harmless locally: the image is ignored, display names are not shown.
