@@ -103,9 +103,8 @@ def test_peer_bench_times_fedtune_with_workers_against_the_bare_loop(ci_workspac
 
 
 def test_peer_memory_is_a_column_only_where_it_was_recorded() -> None:
-    from fedtune.benchmarks.report import system_markdown
-
     from fedtune.benchmarks.peer import FLOOR
+    from fedtune.benchmarks.report import system_markdown
 
     recorded = json.loads(Path("docs/results/peer-system.json").read_text())
     for job in recorded["peer"]["jobs"]:  # as results recorded before memory and the floor
