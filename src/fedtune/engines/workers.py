@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import resource
 import signal
@@ -44,13 +43,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fedtune.config.job import JobConfig
 from fedtune.core.cpu import threads_for, usable_cpus
 from fedtune.core.devices import cuda_device_count
 from fedtune.core.errors import ConfigError, FedtuneError
-from fedtune.engines.parent_death import die_with_parent, name_engine
+from fedtune.engines import fork_server
+from fedtune.engines.parent_death import die_with_parent
 from fedtune.engines.tenant.tasks import TenantKind
 
 if TYPE_CHECKING:
@@ -190,19 +190,10 @@ def peak_memory(device: str) -> dict[str, float]:
     return out
 
 
-#: What the fork server imports once for every worker it forks (see the module docstring);
-#: first the guard that ends it with the engine (:mod:`fedtune.engines.parent_death`).
-_PRELOAD = ["fedtune.engines.forkserver_guard", "torch", "fedtune.engines.steps"]
-
-
-def _start_context() -> Any:
-    """The fork server where the platform has one (Linux, macOS), else spawn."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
-        name_engine()  # the fork server it starts watches this process
-        return context
-    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+#: What the fork server imports once for every worker it forks (see the module docstring and
+#: :mod:`fedtune.engines.fork_server`): the libraries of a tenant's steps.
+PRELOAD: Final = ["torch", "fedtune.engines.steps", "fedtune.models.loading", "fedtune.models.lora",
+                   "fedtune.training.local"]
 
 
 def tenant_views_json(job: JobConfig) -> str:
@@ -439,7 +430,7 @@ class WorkerPool:
         self.peaks: dict[int, dict[str, float]] = {}  # worker i's peak memory so far
         # Each worker's share of the CPUs this process may use, so workers do not oversubscribe.
         self.threads = threads_for(job.engine.step_threads, size)
-        self._context = _start_context()
+        self._context = fork_server.context(PRELOAD)
         self.job_json = json.dumps(job.model_dump(mode="json"))  # names the pool (prestart)
         self.views_json = tenant_views_json(job)
         self._workers: list[_Worker] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import weakref
 from pathlib import Path
 
 import torch
@@ -163,10 +164,29 @@ def adapter_state(model: PeftModel) -> dict[str, torch.Tensor]:
     return {name: t.detach().to("cpu", copy=True).contiguous() for name, t in state.items()}
 
 
+_Structure = tuple[tuple[str, tuple[int, ...]], ...]
+# PEFT's state dict reads the whole model (and the base's config.json) on every call; every
+# round loads adapter tensors into each party's model, checked against these shapes. Kept
+# per model while its tensors' names and shapes stay the same.
+_SHAPES: weakref.WeakKeyDictionary[PeftModel, tuple[_Structure, dict[str, tuple[int, ...]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _structure(model: PeftModel) -> _Structure:
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return tuple((name, tuple(t.shape)) for name, t in tensors)
+
+
 def adapter_shapes(model: PeftModel) -> dict[str, tuple[int, ...]]:
     """Shape of every adapter tensor, by the names of :func:`adapter_state`."""
-    state = get_peft_model_state_dict(_require_peft(model, "adapter_shapes"))
-    return {name: tuple(t.shape) for name, t in state.items()}
+    structure = _structure(_require_peft(model, "adapter_shapes"))
+    known = _SHAPES.get(model)
+    if known is None or known[0] != structure:
+        state = get_peft_model_state_dict(model)
+        known = structure, {name: tuple(t.shape) for name, t in state.items()}
+        _SHAPES[model] = known
+    return dict(known[1])
 
 
 def _names(names: list[str]) -> str:

@@ -12,7 +12,6 @@ between pods. Commands of any other shape go to kfp's own subprocess start.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import runpy
 import signal
@@ -23,8 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-#: What the fork server imports once (a task's own step imports the rest, if any).
-PRELOAD: Final = ["kfp.dsl.executor_main", "torch", "transformers", "peft"]
+from fedtune.engines import fork_server
+
+#: What the fork server imports once (a task's own step imports the rest, if any; see
+#: :mod:`fedtune.engines.fork_server`).
+PRELOAD: Final = ["kfp.dsl.executor_main", "torch", "transformers", "peft", "fedtune.models.loading"]
 _EXECUTOR: Final = "kfp.dsl.executor_main"
 
 
@@ -62,7 +64,7 @@ def _task_main(source: str, args: list[str], env: dict[str, str], log_path: str)
 
 def run_task(command: list[str], env_vars: dict[str, str] | None = None) -> int:
     """Run one kfp.local task command in a forked process; print its log; its exit code."""
-    context = multiprocessing.get_context("forkserver")
+    context = fork_server.context(PRELOAD)
     with tempfile.NamedTemporaryFile(prefix="fedtune-task-", suffix=".log") as log:
         process = context.Process(
             target=_task_main, args=(command[3], command[4:], {**os.environ, **(env_vars or {})}, log.name)
@@ -95,7 +97,7 @@ def forked_tasks() -> Iterator[None]:
     from kfp.local import subprocess_task_handler as handler
 
     original = handler.run_local_subprocess
-    multiprocessing.set_forkserver_preload(PRELOAD)
+    fork_server.context(PRELOAD)
 
     def run(full_command: list[str], env_vars: dict[str, str] | None = None) -> Any:
         if _is_lightweight(full_command):

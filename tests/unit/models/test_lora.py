@@ -163,6 +163,20 @@ def test_set_rejects_missing_unexpected_and_misshaped_names_and_loads_nothing() 
     assert all(torch.equal(after[k], before[k]) for k in before)
 
 
+def test_adapter_shapes_follow_a_model_whose_adapter_changed() -> None:
+    # The shapes are kept per model between calls; a model whose adapter tensors change
+    # must be checked against its new shapes.
+    model = lora("llama", r=4)
+    name = next(n for n in adapter_shapes(model) if n.endswith("lora_A.weight"))
+    assert adapter_shapes(model)[name] == (4, 32)
+    module_name, _, _ = name.removeprefix("base_model.model.").rpartition(".lora_A")
+    module = model.base_model.model.get_submodule(module_name)
+    module.lora_A["default"].weight = torch.nn.Parameter(torch.zeros(2, 32))
+    assert adapter_shapes(model)[name] == (2, 32)
+    with pytest.raises(ModelError, match="with wrong shape"):
+        set_adapter_state(model, adapter_state(lora("llama", r=4)))
+
+
 def test_set_rejects_adapter_of_other_rank() -> None:
     with pytest.raises(ModelError, match="with wrong shape"):
         set_adapter_state(lora("gpt2", r=4), adapter_state(lora("gpt2", r=2)))
