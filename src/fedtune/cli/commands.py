@@ -92,7 +92,8 @@ def _run(args: argparse.Namespace) -> int:
         # Worker processes start before this one imports the engine: their start-up overlaps.
         prestart(job, args.workers if args.workers is not None else job.engine.workers)
     elif (args.engine or job.engine.name) == "kfp-local":  # its tasks' fork server imports now
-        from fedtune.engines import fork_server, kfp_tasks
+        from fedtune.engines import fork_server
+        from fedtune.pipelines import kfp_tasks
 
         fork_server.start_early(kfp_tasks.PRELOAD)
     from fedtune.engines.local import RunOptions, default_summary_path, run_job
