@@ -4,6 +4,7 @@ one log line saying why when they differ, silently absent otherwise."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -97,3 +98,17 @@ def test_the_committed_bases_are_those_of_the_default_preset() -> None:
         assert committed_base(name, preset.models[name], corpus) == COMMITTED_BASES / name, name
     total = sum(f.stat().st_size for f in COMMITTED_BASES.rglob("*") if f.is_file())
     assert total <= 25_000_000
+
+
+def test_the_docs_row_of_a_committed_base_is_its_report() -> None:
+    """Every committed base renders as one row naming its spec hash, corpus and scores, so
+    the page's base table cannot drift from the weights it describes."""
+    reports = sorted(COMMITTED_BASES.glob(f"*/{pt.REPORT_FILE}"))
+    assert reports, "no committed base"
+    for path in reports:
+        report = json.loads(path.read_text("utf-8"))
+        header, rule, row = bases.base_markdown(report).splitlines()
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == header.count("|") - 1 == rule.count("|") - 1
+        assert report["spec_hash"] in cells and report["corpus_sha256"][:12] in cells
+        assert f"{report['test']['em']:.3f}" in cells and f"{report['parameters']:,}" in cells

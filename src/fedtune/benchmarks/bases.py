@@ -1,4 +1,4 @@
-"""Committed base models: pretrained once (on a GPU), reused by every checkout (issue 30).
+"""Committed base models: pretrained once (on a GPU), reused by every checkout.
 
 Pretraining is deterministic only on one machine, library set and thread count, so the
 benchmark's bases are kept, not rebuilt: ``benchmarks/bases/NAME/`` at the repository root
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -112,3 +113,32 @@ def adopt_committed(
     report: dict[str, Any] = json.loads((dest / REPORT_FILE).read_text("utf-8"))
     logger.info("base %s: the committed one in %s (spec hash %s)", name, folder, report["spec_hash"])
     return report
+
+
+_CATEGORIES: Final = ("arithmetic", "reverse", "lookup", "count", "classify")
+
+
+def base_markdown(report: Mapping[str, Any]) -> str:
+    """One committed base's ``fedtune_pretrain.json`` as a table row: shape, budget, where it
+    was made, and its zero-shot scores on the suite's test set."""
+    spec, test, machine = report["spec"], report["test"], report.get("machine") or {}
+    shape = spec["shape"]
+    made = f"{report.get('device', '?')}, {report.get('threads', '?')} thread(s)"
+    if machine:
+        made += f", torch {machine.get('torch', '?')}, {machine.get('cpus', '?')} CPUs"
+        if machine.get("gpu"):
+            made += f", {machine['gpu']}"
+    header = (
+        "| shape | parameters | steps x batch | seconds | made on | final loss | EM | "
+        + " | ".join(_CATEGORIES)
+        + " | test loss | spec hash | corpus sha256 |"
+    )
+    row = (
+        f"| {shape['arch'].capitalize()}, hidden {shape['hidden_size']}, {shape['num_layers']} "
+        f"layers, MLP {shape['intermediate_size']} | {report['parameters']:,} | "
+        f"{spec['steps']:,} x {spec['batch_size']} | {report['seconds']:.0f} | {made} | "
+        f"{report['final_loss']:.3f} | {test['em']:.3f} | "
+        + " | ".join(f"{test.get(f'em/{c}', 0.0):.2f}" for c in _CATEGORIES)
+        + f" | {test['test_loss']:.2f} | {report['spec_hash']} | {report['corpus_sha256'][:12]} |"
+    )
+    return "\n".join((header, "|" + "---|" * (header.count("|") - 1), row))

@@ -12,7 +12,8 @@ The kind is ``quality``, ``system``, ``secagg``, ``mined``, ``kfp``, ``dpsgd`` (
 renderers of :mod:`fedtune.benchmarks.report`), ``tokenmap``
 (:mod:`fedtune.benchmarks.token_mapping`), ``tenants``
 (:func:`fedtune.benchmarks.tenant_scale.tenant_scale_markdown`), ``gpusystem`` (``system`` for a
-JSON only a GPU lease writes: until it is committed, the block says it is not measured yet), or
+JSON only a GPU lease writes: until it is committed, the block says it is not measured yet),
+``base`` (a committed base's ``fedtune_pretrain.json``, :func:`fedtune.benchmarks.bases.base_markdown`), or
 ``claims``: the page's summary of every paper
 claim, from all of its quality blocks (:mod:`fedtune.benchmarks.claims_page`; its path is the
 page itself). The commit is the JSON's ``commit``
@@ -31,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from fedtune.benchmarks.bases import base_markdown
 from fedtune.benchmarks.claims_page import claims_summary_markdown, quality_blocks
 from fedtune.benchmarks.report import (
     dpsgd_markdown,
@@ -63,6 +65,7 @@ _RENDER: Final[dict[str, Callable[[Mapping[str, Any]], str]]] = {
     "tokenmap": token_mapping_markdown,
     "tenants": tenant_scale_markdown,
     "gpusystem": system_markdown,
+    "base": base_markdown,
 }
 # Kinds whose JSON may not exist yet (GPU rows): the block says so instead of failing.
 _GPU_ONLY: Final = ("gpusystem",)

@@ -1,4 +1,4 @@
-"""Self-instruct demonstrations for the pretraining corpus (issue 30): records that teach a
+"""Self-instruct demonstrations for the pretraining corpus: records that teach a
 base model the two continuations FewFedPIT's generator asks of it.
 
 FewFedPIT (paper 004, Section 3.3, after Self-Instruct) prompts the global model with raw text,

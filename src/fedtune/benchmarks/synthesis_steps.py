@@ -1,4 +1,4 @@
-"""FewFedPIT's synthetic data per client step (issue 30): how many instructions the global
+"""FewFedPIT's synthetic data per client step: how many instructions the global
 model generated, how many each filter dropped, how many examples passed, were kept by IFS
 and trained on (paper 004, Section 3.3; :mod:`fedtune.algorithms.fewfedpit.synthesis`).
 
