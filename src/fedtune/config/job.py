@@ -698,6 +698,12 @@ class JobConfig(StrictModel):
                 "or set secure_aggregation.enabled: false"
             )
         n = self.sampled_per_round
+        if n < 2:
+            raise ValueError(
+                f"secure_aggregation is enabled with {n} sampled tenant per round: the sum the "
+                "provider unmasks would be that tenant's own update; sample at least 2 "
+                "(clients_per_round, and as many tenants) or set secure_aggregation.enabled: false"
+            )
         t = sa.threshold_for(n)
         size = sa.degree_for(n) + 1
         if not size // 2 < t <= size:

@@ -55,6 +55,11 @@ def test_off_by_default_and_the_fingerprint_of_older_jobs_holds(tmp_path: Path) 
         ({"enabled": True, "threshold": 6}, {"tenants": FIVE}, "threshold=6 must be in 3..5 for 5 sampled tenants"),
         ({"enabled": True}, {"tenants": [{"name": "tenant-a", "data_uri": "a.jsonl", "identity_key": "zz"}]},
          "identity_key"),
+        # One update's sum is that update: nothing left to hide it in.
+        ({"enabled": True}, {"clients_per_round": 1, "min_clients": 1},
+         "secure_aggregation is enabled with 1 sampled tenant per round"),
+        ({"enabled": True}, {"tenants": [{"name": "tenant-a", "data_uri": "a.jsonl"}], "min_clients": 1},
+         "the sum the provider unmasks would be that tenant's own update"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, section, overrides, message: str) -> None:  # type: ignore[no-untyped-def]
