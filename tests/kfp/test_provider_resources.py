@@ -230,8 +230,8 @@ def test_kfp_local_runs_a_job_with_a_provider_section_and_refuses_a_foreign_pipe
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from fedtune.core.errors import FedtuneError
-    from fedtune.pipelines import kfp_local
     from fedtune.engines.local import RunOptions
+    from fedtune.pipelines import kfp_local
     from fedtune.pipelines.builder import compile_pipeline
     from tests.kfp.conftest import two_tenant_job
 
