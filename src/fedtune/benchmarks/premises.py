@@ -166,27 +166,22 @@ def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
 
 def _synthetic_used(runs: Sequence[Mapping[str, Any]]) -> Premise:
     fewfedpit = [r for r in runs if premise_of(r["method"]) == SYNTHETIC_USED]
-    entries = [e for r in fewfedpit for e in r.get("synthesis_steps") or ()]
     unrecorded = sum(1 for r in fewfedpit if not r.get("synthesis_steps"))
-    totals = {
-        "client_steps": float(len(entries)),
-        "steps_with_synthetic": float(sum(1 for e in entries if e["used"] >= 1)),
-        "used": float(sum(e["used"] for e in entries)),
-    }
     if not fewfedpit or unrecorded:
         return Premise(
             SYNTHETIC_USED, "not measured", "synthetic examples per client step not recorded",
             f"Not recorded: {unrecorded} of the {len(fewfedpit)} FewFedPIT runs (beta < 1) lack "
             "the count of client steps that used a synthetic example.",
         )
-    steps, used_steps = totals["client_steps"], totals["steps_with_synthetic"]
+    used = [e["used"] for r in fewfedpit for e in r["synthesis_steps"]]
+    steps, used_steps = len(used), sum(1 for u in used if u >= 1)
     share = used_steps / steps if steps else 0.0
     status: Status = "holds" if share > MIN_SYNTHETIC_SHARE else "fails"
-    numbers = f"{used_steps:.0f} of {steps:.0f} client steps used ≥ 1 synthetic example"
+    numbers = f"{used_steps} of {steps} client steps used ≥ 1 synthetic example"
     return Premise(
         SYNTHETIC_USED, status, numbers,
         f"{numbers} ({100 * share:.0f} %; goal > {100 * MIN_SYNTHETIC_SHARE:.0f} %: {status}), "
-        f"{totals['used']:.0f} synthetic examples used in all, over {len(fewfedpit)} "
+        f"{sum(used)} synthetic examples used in all, over {len(fewfedpit)} "
         "FewFedPIT runs (beta < 1).",
     )
 
