@@ -285,3 +285,22 @@ def test_unregistered_identities_fall_back_to_the_advertised_key_and_are_listed(
     r = setup_round(n=3, t=2)
     keys_, unregistered = p.identities_of(r.roster, {"t0": REGISTERED["t0"]})
     assert unregistered == ["t1", "t2"] and keys_ == {x: REGISTERED[x] for x in r.names}
+
+
+@pytest.mark.parametrize(
+    ("n", "degree"), [(n, None) for n in range(2, 8)] + [(5, 2), (7, 2), (8, 4)]
+)
+def test_a_lone_survivor_is_never_unmasked_at_any_valid_threshold(n: int, degree: int | None) -> None:
+    """The sum of one upload is that upload: whatever the roster size, graph and valid
+    threshold (a majority of each neighbourhood), neither the lone uploader's own tenant nor
+    the provider's unmasking goes on, so a round where all others drop exposes no one."""
+    full = (degree or n - 1) + 1
+    for t in range(full // 2 + 1, full + 1):
+        r = setup_round(n=n, t=t, size=8, degree=degree)
+        for lone in r.names:
+            with pytest.raises(SecureAggregationError, match="below the threshold"):
+                p.respond(lone, r.held[lone], r.names, [lone], r.roster)
+            # Even given every other tenant's answer for that split, the provider refuses.
+            others = {v: {p.SEED: {}, p.KEY: {}} for v in r.names if v != lone}
+            with pytest.raises(SecureAggregationError, match=r"1 masked upload\(s\)"):
+                p.unmask(r.roster, r.dealt, upload(r, [lone]), others)
