@@ -63,6 +63,19 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
     "large-h192l6-5k": PretrainSpec(
         shape=_SIX, steps=5000, batch_size=64, lr=1.5e-3, warmup_steps=125, max_seq_len=256
     ),
+    # Within an hour of one CPU thread (the budget when no GPU is lent): the default's
+    # four layers for 5,000 steps instead of 1,500, and six layers of the same width.
+    "large-h128l4-5k": PretrainSpec(
+        shape=ModelShape(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256),
+        steps=5000,
+        warmup_steps=100,
+    ),
+    "large-h128l6-3500": PretrainSpec(
+        shape=ModelShape(hidden_size=128, num_layers=6, num_heads=4, intermediate_size=256),
+        steps=3500,
+        lr=1.5e-3,
+        warmup_steps=100,
+    ),
 }
 
 
