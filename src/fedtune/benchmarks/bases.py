@@ -1,4 +1,4 @@
-"""Committed base models: pretrained once (on a GPU), reused by every checkout.
+"""Committed base models: pretrained once, reused by every checkout.
 
 Pretraining is deterministic only on one machine, library set and thread count, so the
 benchmark's bases are kept, not rebuilt: ``benchmarks/bases/NAME/`` at the repository root
