@@ -44,7 +44,13 @@ from fedtune.algorithms.base import Artifact
 from fedtune.algorithms.fedavg import LoraFedAlgorithm
 from fedtune.algorithms.fedmkt import client, public, scoring, server
 from fedtune.algorithms.fedmkt.config import FedMKTConfig
-from fedtune.algorithms.fedmkt.knowledge import FIELDS, Knowledge, check_top_k, compute_knowledge
+from fedtune.algorithms.fedmkt.knowledge import (
+    FIELDS,
+    Knowledge,
+    check_top_k,
+    compute_knowledge,
+    value_problems,
+)
 from fedtune.algorithms.fedmkt.transfer import DictCache, DistilSettings, Side, Teacher, distil
 from fedtune.algorithms.registry import register
 from fedtune.core.errors import ConfigError, ModelError, UpdateRejected
@@ -166,8 +172,9 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
                 "tenant_vocab_sizes": own}
 
     def check_update(self, tenant: str, update: Update, broadcast: Broadcast, max_bytes: int) -> None:
-        """Exactly the knowledge arrays, of their dtypes and consistent shapes, finite CE, token
-        ids inside the tenant's vocabulary (and in homogeneous mode the small model's adapter,
+        """Exactly the knowledge arrays, of their dtypes and consistent shapes, values in bounds
+        (:func:`~fedtune.algorithms.fedmkt.knowledge.value_problems`), token ids inside the
+        tenant's vocabulary (and in homogeneous mode the small model's adapter,
         see :meth:`_check_slm_adapter`)."""
         problems: list[str] = []
         expected = {f"{KNOWLEDGE}/{name}" for name in FIELDS}
@@ -187,8 +194,8 @@ class FedMKT(LoraFedAlgorithm[FedMKTConfig]):
                 problems.append(f"top-k arrays {tuple(t['topk_ids'].shape)} are not ({p}, {broadcast.meta['top_k']})")
             if t["ce"].shape[0] != n or t["token_offsets"].shape[0] != n + 1 or t["position_offsets"].shape[0] != n + 1:
                 problems.append("per-sample arrays disagree in length")
-            elif not torch.isfinite(t["ce"]).all():
-                problems.append("ce holds NaN/Inf")
+            elif not problems:  # shapes and dtypes as a knowledge message's: bound the values
+                problems += value_problems(t)
             if (t["topk_ids"] < 0).any() or (t["tokens"] < 0).any():
                 problems.append("negative token ids")
             vocab = (broadcast.meta.get("tenant_vocab_sizes") or {}).get(tenant)

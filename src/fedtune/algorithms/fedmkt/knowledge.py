@@ -74,6 +74,57 @@ class Knowledge:
         return self.positions[s], self.topk_ids[s], self.topk_logprobs[s]
 
 
+# fp16 rounding of log-probabilities: the top-k probabilities may sum a little over 1.
+_LOGSUMEXP_SLACK = 1e-2
+
+
+def value_problems(t: dict[str, torch.Tensor]) -> list[str]:
+    """What is out of bounds in the knowledge arrays ``t`` (field -> tensor, shapes and dtypes
+    already checked): each a sentence, empty when every value is one a model could produce.
+
+    A received CE decides DualMinCE's choice of teacher (paper 003, Eq. 4), so a negative or
+    non-finite one would win every sample; log-probabilities must be finite, at most 0 and
+    sum (as probabilities) to at most 1; offsets must cut the arrays into consecutive
+    in-range pieces, positions point inside their sample, and samples appear once each."""
+    problems: list[str] = []
+    ce, logprobs = t["ce"], t["topk_logprobs"].float()
+    if not torch.isfinite(ce).all():
+        problems.append("ce holds NaN/Inf")
+    elif (ce < 0).any():
+        problems.append(f"ce holds a negative value ({float(ce.min()):.4g}); a cross-entropy is >= 0")
+    if not torch.isfinite(logprobs).all():
+        problems.append("topk_logprobs holds NaN/Inf")
+    elif logprobs.numel():
+        if (logprobs > 0).any():
+            problems.append(f"topk_logprobs holds a positive log-probability ({float(logprobs.max()):.4g})")
+        mass = float(torch.logsumexp(logprobs, dim=1).max())
+        if mass > _LOGSUMEXP_SLACK:
+            problems.append(f"a top-k row's probabilities sum to {np.exp(mass):.4g}, more than 1")
+    cut = True
+    for offsets, array in (("token_offsets", "tokens"), ("position_offsets", "positions")):
+        o, n = t[offsets], t[array].shape[0]
+        if o.numel() and (int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any())):
+            problems.append(f"{offsets} do not cut {array} ({n} entries) into consecutive pieces from 0")
+            cut = False
+    if cut:
+        problems += _position_problems(t)
+    sample = t["sample"]
+    if (sample < 0).any() or sample.unique().numel() != sample.numel():
+        problems.append("sample indices are negative or repeated")
+    return problems
+
+
+def _position_problems(t: dict[str, torch.Tensor]) -> list[str]:
+    """Each sample's response positions lie inside its own tokens (1 .. length - 1)."""
+    tok, pos = t["token_offsets"].tolist(), t["position_offsets"].tolist()
+    positions = t["positions"]
+    for row in range(len(tok) - 1):
+        own = positions[pos[row] : pos[row + 1]]
+        if own.numel() and (int(own.min()) < 1 or int(own.max()) >= tok[row + 1] - tok[row]):
+            return [f"positions of sample row {row} fall outside its {tok[row + 1] - tok[row]} tokens"]
+    return []
+
+
 def check_top_k(top_k: int, vocab_size: int, who: str) -> None:
     """Refuse a top-k larger than a vocabulary it is taken from.
 
