@@ -22,6 +22,7 @@ import json
 import logging
 import shutil
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +46,8 @@ COMMITTED_BASES: Final = Path(__file__).resolve().parents[3] / "benchmarks" / "b
 # after 6,000, hidden 192 x 6 layers 0.41-0.43 after 4,000 and 0.53 after 5,000 (look-up 0.80),
 # hidden 160 x 8 layers 0.44 after 4,000; the small 0.06-0.10.
 _SIX: Final = ModelShape(hidden_size=192, num_layers=6, num_heads=4, intermediate_size=512)
+# The earlier default's width (four layers of 128).
+_NARROW: Final = ModelShape(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256)
 LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
     # 3.0 M parameters; 204 s in all on the H200 above.
     "large-h192l6": PretrainSpec(
@@ -65,13 +68,9 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
     ),
     # Within an hour of one CPU thread (the budget when no GPU is lent): the default's
     # four layers for 5,000 steps instead of 1,500, and six layers of the same width.
-    "large-h128l4-5k": PretrainSpec(
-        shape=ModelShape(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256),
-        steps=5000,
-        warmup_steps=100,
-    ),
+    "large-h128l4-5k": PretrainSpec(shape=_NARROW, steps=5000, warmup_steps=100),
     "large-h128l6-3500": PretrainSpec(
-        shape=ModelShape(hidden_size=128, num_layers=6, num_heads=4, intermediate_size=256),
+        shape=replace(_NARROW, num_layers=6),
         steps=3500,
         lr=1.5e-3,
         warmup_steps=100,

@@ -56,7 +56,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[dict[str, torch.Tensor]], None], str]] = 
     "offsets past the end": (_set("position_offsets", (-1,), 10_000), "position_offsets do not cut"),
     "position 0": (_set("positions", (0,), 0), "positions of sample row 0"),
     "position past its sample": (_set("positions", (0,), 500), "positions of sample row 0"),
-    "repeated sample": (_set("sample", (1,), -1), "sample indices"),
+    "negative sample": (_set("sample", (1,), -1), "sample indices"),
 }
 
 

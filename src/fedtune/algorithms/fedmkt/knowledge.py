@@ -116,12 +116,14 @@ def value_problems(t: dict[str, torch.Tensor]) -> list[str]:
 
 def _position_problems(t: dict[str, torch.Tensor]) -> list[str]:
     """Each sample's response positions lie inside its own tokens (1 .. length - 1)."""
-    tok, pos = t["token_offsets"].tolist(), t["position_offsets"].tolist()
-    positions = t["positions"]
-    for row in range(len(tok) - 1):
-        own = positions[pos[row] : pos[row + 1]]
-        if own.numel() and (int(own.min()) < 1 or int(own.max()) >= tok[row + 1] - tok[row]):
-            return [f"positions of sample row {row} fall outside its {tok[row + 1] - tok[row]} tokens"]
+    per_sample = torch.diff(t["position_offsets"])
+    rows = torch.repeat_interleave(torch.arange(per_sample.numel()), per_sample)
+    lengths = torch.diff(t["token_offsets"])[rows]
+    positions = t["positions"].long()
+    outside = rows[(positions < 1) | (positions >= lengths)]
+    if outside.numel():
+        row = int(outside[0])
+        return [f"positions of sample row {row} fall outside its {int(lengths[rows == row][0])} tokens"]
     return []
 
 
