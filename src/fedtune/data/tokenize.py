@@ -85,7 +85,12 @@ def encode_example(example: Example, tokenizer: PreTrainedTokenizerBase, max_len
     if example.messages:
         return _encode_chat(example, tokenizer, max_len)
     prompt = bos_prefix(tokenizer) + _ids(tokenizer, render_prompt(example))
-    response = [*_ids(tokenizer, example.response), eos]
+    return _join(example, prompt, _ids(tokenizer, example.response), eos, max_len)
+
+
+def _join(example: Example, prompt: list[int], response: list[int], eos: int, max_len: int) -> Encoded:
+    """Prompt and response ids (each tokenised apart) as one truncated, labelled sequence."""
+    response = [*response, eos]
     if len(prompt) >= max_len:
         raise ExampleTooLong(
             f"prompt of {len(prompt)} tokens leaves no room for the response at "
@@ -119,17 +124,34 @@ def _encode_chat(example: Example, tokenizer: PreTrainedTokenizerBase, max_len: 
 def encode_examples(
     examples: Iterable[Example], tokenizer: PreTrainedTokenizerBase, max_len: int
 ) -> list[Encoded]:
-    """Encode many examples, skipping those whose prompt alone fills ``max_len``.
+    """Encode many examples, skipping those whose prompt alone fills ``max_len``: for every
+    example that fits, exactly what :func:`encode_example` gives it. The prompts, and the
+    responses, are tokenised in one call each (per-text calls cost a tenant's data about
+    4x the time on a fast tokenizer, and the data is encoded again every round).
 
     Raises:
         DataError: If every example is skipped (or there are none).
     """
-    _check(tokenizer, max_len)  # argument errors must not be mistaken for long prompts
+    eos = _check(tokenizer, max_len)  # argument errors must not be mistaken for long prompts
+    examples = list(examples)
+    plain = [e for e in examples if not e.messages]
+    bos = bos_prefix(tokenizer)
+    ids = iter(
+        zip(
+            _batch_ids(tokenizer, [render_prompt(e) for e in plain]),
+            _batch_ids(tokenizer, [e.response for e in plain]),
+            strict=True,
+        )
+    )
     encoded: list[Encoded] = []
     skipped = 0
     for example in examples:
         try:
-            encoded.append(encode_example(example, tokenizer, max_len))
+            if example.messages:
+                encoded.append(_encode_chat(example, tokenizer, max_len))
+            else:
+                prompt, response = next(ids)
+                encoded.append(_join(example, bos + prompt, response, eos, max_len))
         except ExampleTooLong:
             skipped += 1
     if skipped:
@@ -140,6 +162,13 @@ def encode_examples(
             fix="Raise max_len or check that the dataset is not empty.",
         )
     return encoded
+
+
+def _batch_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
+    """:func:`_ids` of every text, in one tokenizer call."""
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def collate(batch: Sequence[Encoded], pad_id: int) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 import torch
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from fedtune.core.errors import DataError
 from fedtune.data.formats import Example
@@ -119,3 +119,54 @@ def test_collate_pads_right_and_masks_padding(tokenizer: PreTrainedTokenizerFast
 def test_collate_errors(batch: list[dict[str, list[int]]], pattern: str) -> None:
     with pytest.raises(DataError, match=pattern):
         collate(batch, pad_id=0)
+
+
+def _families() -> dict[str, PreTrainedTokenizerBase]:
+    from fedtune.data.synthetic import generate
+    from fedtune.models.tokenizer import load_tokenizer, train_tokenizer
+    from fedtune.models.tokenizer_families import metaspace_bpe, wordpiece
+
+    texts = [" ".join(r.values()) for r in generate(40, seed=7)]
+    return {
+        "builtin": load_tokenizer("builtin"),
+        "bytelevel-bpe": train_tokenizer(texts, 400),
+        "sentencepiece-bpe": metaspace_bpe(texts, 300),
+        "wordpiece": wordpiece(texts, 300),
+    }
+
+
+@pytest.mark.parametrize(
+    "family", ["builtin", "bytelevel-bpe", "sentencepiece-bpe", "wordpiece", "bos_tokenizer"]
+)
+def test_encoding_many_gives_each_example_what_encoding_it_alone_gives(
+    request: pytest.FixtureRequest, family: str
+) -> None:
+    """Many examples are tokenised in one call: for every record of every synthetic
+    category, chats among them, texts no vocabulary knows and prompts too long to fit, with
+    and without a BOS the tokenizer adds, the result is each fitting example's own
+    encoding, in order."""
+    from fedtune.data.formats import to_example
+    from fedtune.data.synthetic import generate
+
+    tokenizer = (
+        request.getfixturevalue(family) if family == "bos_tokenizer" else _families()[family]
+    )
+    examples = [to_example(r) for r in generate(25, seed=11)]
+    examples[3:3] = [
+        to_example({"messages": [{"role": "user", "content": "2+3?"},
+                                 {"role": "assistant", "content": "5"}]}),
+        *EXAMPLES,
+        Example("x " * 200, "", "too long to fit", None),
+        Example("", "", "", None),
+    ]
+    examples.append(to_example({"messages": [{"role": "user", "content": "Hi ✓"},
+                                             {"role": "assistant", "content": "Grüße"}]}))
+    max_len = 48  # some synthetic prompts do not fit either
+    alone = []
+    for example in examples:
+        try:
+            alone.append(encode_example(example, tokenizer, max_len))
+        except DataError:
+            continue
+    assert 0 < len(alone) < len(examples)
+    assert encode_examples(examples, tokenizer, max_len) == alone
