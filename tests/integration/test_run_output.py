@@ -111,3 +111,30 @@ def test_a_failed_step_and_a_rejected_update_are_on_their_lines() -> None:
         "round 2/3 done: 2/3 tenants accepted, train loss 1.5000, eval loss -, 4.0 s; "
         "tenant-b rejected: no update"
     )
+
+
+@pytest.mark.parametrize("valid", [True, False], ids=["ok", "error"])
+def test_the_console_script_skips_the_teardown_walk_but_keeps_exit_code_and_atexit(
+    valid: bool, tmp_path: Path
+) -> None:
+    """``fedtune`` freezes what the process holds once the command is done (Python's last
+    collections would walk it for about a second), and nothing a user sees changes: the
+    exit code, the error and fix lines, and every atexit handler (logging, MLflow, pools)."""
+    job = tmp_path / "job.yaml"
+    if valid:
+        job.write_text(yaml.safe_dump(tiny_job_dict(tmp_path / "work")), encoding="utf-8")
+    probe = (
+        "import atexit, gc, sys\n"
+        "from fedtune.cli.main import console\n"
+        "atexit.register(lambda: print('atexit ran; frozen:', gc.get_freeze_count() > 0))\n"
+        f"sys.argv = ['fedtune', 'validate', {str(job)!r}]\n"
+        "sys.exit(console())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert "atexit ran; frozen: True" in done.stdout
+    if valid:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode != 0 and "error:" in done.stderr and "fix:" in done.stderr

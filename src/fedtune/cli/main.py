@@ -7,6 +7,7 @@ its exit code; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -70,5 +71,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console() -> int:
+    """The ``fedtune`` console script (and ``python -m fedtune.cli.main``): :func:`main`,
+    with the interpreter's teardown kept short.
+
+    At exit, Python's last garbage collections walk every object the process still holds:
+    with torch, transformers and PEFT imported that is about 1.2 s of every command on these
+    machines, after the work is done. Freezing them first (:func:`gc.freeze`) leaves that
+    walk nothing to do; atexit handlers (logging, MLflow, worker pools) still run, and the
+    operating system frees the memory. Only here, never in :func:`main`, which tests and
+    other callers run in a process that goes on.
+    """
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
