@@ -13,6 +13,7 @@ from fedtune.benchmarks.claims import LOWER_IS_BETTER, PAPER_CLAIMS, Claim, eval
 from fedtune.benchmarks.premises import (
     LARGE_KNOWS_MORE,
     MIN_LARGE_EM,
+    SMALL_CANNOT_EM,
     SYNTHETIC_USED,
     measure,
     premise_of,
@@ -23,6 +24,8 @@ from fedtune.benchmarks.report import quality_markdown
 Runs = dict[tuple[str, int | None], dict[str, Any]]
 GAINS = (0.10, 0.11, 0.12, 0.10, 0.11)  # per seed: every interval clearly above 0
 PREMISED = [c for c in PAPER_CLAIMS if c.premises]
+# What always giving each category's most common answer scores on the runs' test set.
+CONSTANT = {"arithmetic": 0.05, "count": 0.3}
 UNPREMISED = [c for c in PAPER_CLAIMS if not c.premises]
 
 
@@ -41,7 +44,7 @@ def _run(runs: Runs, method: str, seed: int | None, rounds: int = 2) -> dict[str
 
 def _zero_shot(runs: Runs, large: float, large_arithmetic: float, small: float = 0.1) -> None:
     """Zero-shot runs of the large model and round 0 of the small one's: small cannot do
-    arithmetic (0.0), does count better than large."""
+    arithmetic (0.0, below the constant answer's 0.05), does count better than large."""
     (zero,) = _run(runs, "zero-shot", None, rounds=1)["rounds"]
     zero.update({"em": large, "llm/em": large, "slm/em": small})
     zero.update({"em/arithmetic": large_arithmetic, "em/count": 0.1})
@@ -80,11 +83,11 @@ def _claim_runs(claim: Claim, premise: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("claim", PREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
 def test_a_claim_gets_a_verdict_only_where_its_premise_holds(claim: Claim) -> None:
-    (held,) = evaluate_claims(_claim_runs(claim, "holds"), [claim])
+    (held,) = evaluate_claims(_claim_runs(claim, "holds"), [claim], constant_em=CONSTANT)
     assert held["verdict"] == held["interval_verdict"] == "reproduces"
     assert set(held["premises"].values()) == {"holds"}
 
-    (false,) = evaluate_claims(_claim_runs(claim, "fails"), [claim])
+    (false,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT)
     assert false["verdict"].startswith("no verdict: premise false (")
     assert false["interval_verdict"] == "reproduces"
     # The interval is still reported, the same as where the premise holds.
@@ -94,14 +97,14 @@ def test_a_claim_gets_a_verdict_only_where_its_premise_holds(claim: Claim) -> No
     for name in claim.premises:
         assert expected[name] in false["verdict"]
 
-    (unknown,) = evaluate_claims(_claim_runs(claim, "absent"), [claim])
+    (unknown,) = evaluate_claims(_claim_runs(claim, "absent"), [claim], constant_em=CONSTANT)
     assert unknown["verdict"] == "no verdict: premise not measured"
     assert (unknown["low"], unknown["high"]) == pytest.approx((held["low"], held["high"]))
 
 
 @pytest.mark.parametrize("claim", UNPREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
 def test_a_claim_resting_on_no_premise_ignores_them(claim: Claim) -> None:
-    (result,) = evaluate_claims(_claim_runs(claim, "fails"), [claim])
+    (result,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT)
     assert result["verdict"] == result["interval_verdict"] == "reproduces"
     assert result["premises"] == {}
 
@@ -117,28 +120,88 @@ def test_the_papers_that_assume_a_setting_have_claims_resting_on_it() -> None:
 @pytest.mark.parametrize(
     ("large", "arithmetic", "small", "status"),
     [
-        (MIN_LARGE_EM, MIN_LARGE_EM, MIN_LARGE_EM / 2, "holds"),  # both bars met exactly
+        # both bars met exactly: the large model MIN_LARGE_EM above the constant answer
+        (MIN_LARGE_EM, CONSTANT["arithmetic"] + MIN_LARGE_EM, MIN_LARGE_EM / 2, "holds"),
         (MIN_LARGE_EM - 0.01, 0.9, 0.05, "fails"),  # below 0.25
         (0.5, 0.9, 0.26, "fails"),  # less than twice small's
         (0.5, MIN_LARGE_EM - 0.01, 0.1, "fails"),  # no category small cannot do and large can
+        # over 0.25 in the category, but not 0.25 above what a constant answer scores
+        (0.5, CONSTANT["arithmetic"] + MIN_LARGE_EM - 0.01, 0.1, "fails"),
     ],
 )
 def test_large_knows_more(large: float, arithmetic: float, small: float, status: str) -> None:
     runs: Runs = {}
     _zero_shot(runs, large, arithmetic, small)
-    premise = measure(list(runs.values()))[LARGE_KNOWS_MORE]
+    premise = measure(list(runs.values()), constant_em=CONSTANT)[LARGE_KNOWS_MORE]
     assert premise.status == status, premise.detail
     assert f"large zero-shot EM {large:.3f} vs small {small:.3f}" in premise.numbers
-    assert f"arithmetic {arithmetic:.2f} vs 0.00" in premise.detail
+    assert f"arithmetic {arithmetic:.2f} vs 0.00 ({CONSTANT['arithmetic']:.2f})" in premise.detail
+
+
+@pytest.mark.parametrize("small_above_constant", [0.0, SMALL_CANNOT_EM, SMALL_CANNOT_EM + 0.01])
+def test_a_small_model_no_better_than_a_constant_answer_cannot_do_the_category(
+    small_above_constant: float,
+) -> None:
+    """Where a constant answer scores well (count: 0.3 here), a small model at that level has
+    no skill, however high its EM; a hair more than SMALL_CANNOT_EM above it has some."""
+    runs: Runs = {}
+    _zero_shot(runs, 0.8, 0.0)  # the large model cannot do arithmetic: count must decide
+    runs[("zero-shot", None)]["rounds"][0]["em/count"] = CONSTANT["count"] + MIN_LARGE_EM
+    for run in runs.values():
+        if run["method"] == "fedavg-small":
+            run["rounds"][0]["em/count"] = CONSTANT["count"] + small_above_constant
+    premise = measure(list(runs.values()), constant_em=CONSTANT)[LARGE_KNOWS_MORE]
+    expected = "holds" if small_above_constant <= SMALL_CANNOT_EM else "fails"
+    assert premise.status == expected, premise.detail
+
+
+def test_a_constant_answer_never_makes_the_large_model_know_a_category() -> None:
+    """The general rule, over every category of the real task generator: a large model that
+    always gives each category's most common answer scores exactly the constant answer's
+    EM, and no category counts as one it can do, however poor the small model."""
+    from fedtune.benchmarks.suite import constant_answer_em
+    from fedtune.data.synthetic import CATEGORIES, generate
+
+    records = generate(30, seed=5)
+    constant = constant_answer_em(records)
+    assert set(constant) == set(CATEGORIES)
+    runs: Runs = {}
+    (zero,) = _run(runs, "zero-shot", None, rounds=1)["rounds"]
+    zero.update({"em": 0.6, "llm/em": 0.6, "slm/em": 0.0})
+    zero.update({f"em/{c}": em for c, em in constant.items()})
+    first = _run(runs, "fedavg-small", 0)["rounds"][0]
+    first.update({"em": 0.0, **{f"em/{c}": 0.0 for c in CATEGORIES}})
+    premise = measure(list(runs.values()), constant_em=constant)[LARGE_KNOWS_MORE]
+    assert premise.status == "fails" and "can (≥ 0.25 above it): none" in premise.detail
+
+
+def test_the_constant_answer_em_is_the_best_single_answer() -> None:
+    """Checked against trying every answer as the constant one (an independent count)."""
+    from fedtune.benchmarks.suite import constant_answer_em
+    from fedtune.data.synthetic import generate
+
+    records = generate(40, seed=9)
+    for category, em in constant_answer_em(records).items():
+        own = [r["response"] for r in records if r["category"] == category]
+        best = max(sum(answer == given for given in own) / len(own) for answer in set(own))
+        assert em == pytest.approx(best)
+
+
+def test_without_the_constant_answers_no_category_is_read() -> None:
+    runs: Runs = {}
+    _zero_shot(runs, 0.5, 0.9)
+    premise = measure(list(runs.values()))[LARGE_KNOWS_MORE]
+    assert premise.status == "not measured"
+    assert "constant answer's EM is not recorded" in premise.detail
 
 
 def test_large_knows_more_without_the_small_models_categories_is_not_measured() -> None:
     runs: Runs = {}
     _zero_shot(runs, 0.5, 0.9)
     kept = [r for r in runs.values() if r["method"] == "zero-shot"]
-    assert measure(kept)[LARGE_KNOWS_MORE].status == "not measured"
+    assert measure(kept, constant_em=CONSTANT)[LARGE_KNOWS_MORE].status == "not measured"
     no_zero_shot = [r for r in runs.values() if r["method"] != "zero-shot"]
-    premise = measure(no_zero_shot)[LARGE_KNOWS_MORE]
+    premise = measure(no_zero_shot, constant_em=CONSTANT)[LARGE_KNOWS_MORE]
     assert premise.status == "not measured" and "large" in premise.detail
 
 
@@ -165,7 +228,7 @@ def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
             row.update({"local_em": row["em"], "test_loss": 1.0, "em/arithmetic": row["em"]})
     results = {
         "spec": {"rounds": 1, "seeds": list(range(len(GAINS)))},
-        "suite": {"test": {"records": 30}},
+        "suite": {"test": {"records": 30, "constant_answer_em": CONSTANT}},
         "categories": ["arithmetic"],
         "runs": runs,
         "table": summarize(runs),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -107,3 +108,26 @@ def test_too_many_classify_records_is_a_data_error() -> None:
     # The classify lexicon has 180 distinct records; asking for more must fail clearly.
     with pytest.raises(DataError, match="classify"):
         build_suite(SuiteSpec(private_records=2000, tenant_mixture={"classify": 1.0}, tenants=2))
+
+
+def test_results_name_the_constant_answer_em_recorded_or_rebuilt_from_the_suite_spec() -> None:
+    """A quality results file gives the test set's constant-answer EM: as recorded (the
+    manifest has it), or, for results recorded before it did, from the test set rebuilt from
+    the recorded spec, only when that is the recorded test set (its sha256)."""
+    from fedtune.benchmarks.suite import constant_answer_em, recorded_constant_answers
+
+    suite = build_suite(SMALL)
+    manifest = suite.manifest()
+    expected = constant_answer_em(suite.test)
+    assert manifest["test"]["constant_answer_em"] == expected
+    recorded = {"suite": {"spec": manifest["spec"], "test": manifest["test"]},
+                "split": {"files": {"test.jsonl": manifest["files"]["test.jsonl"]}}}
+    assert recorded_constant_answers(recorded) == expected
+    older = json.loads(json.dumps(recorded))
+    del older["suite"]["test"]["constant_answer_em"]
+    assert recorded_constant_answers(older) == expected  # rebuilt, digest checked
+    older["split"]["files"]["test.jsonl"] = "0" * 64  # another test set: not guessed
+    assert recorded_constant_answers(older) is None
+    older["suite"]["spec"] = {**manifest["spec"], "no_such_field": 1}  # a spec this code cannot read
+    assert recorded_constant_answers(older) is None
+    assert recorded_constant_answers({"runs": []}) is None

@@ -226,13 +226,18 @@ def final_values(runs: Sequence[Mapping[str, Any]], method: str, metric: str) ->
 
 
 def evaluate_claims(
-    runs: Sequence[Mapping[str, Any]], claims: Sequence[Claim] = PAPER_CLAIMS
+    runs: Sequence[Mapping[str, Any]],
+    claims: Sequence[Claim] = PAPER_CLAIMS,
+    *,
+    constant_em: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Check every claim whose two methods are among ``runs`` (a quality benchmark's
     ``runs``) with its metric. ``difference`` is better's minus worse's mean over the paired
-    seeds, in the metric's units, with its 95% interval ``low``..``high``."""
+    seeds, in the metric's units, with its 95% interval ``low``..``high``. ``constant_em``:
+    the test set's constant-answer EM per category, which the premises read
+    (:func:`fedtune.benchmarks.premises.measure`)."""
     out = []
-    premises = measure(runs)
+    premises = measure(runs, constant_em=constant_em)
     for claim in claims:
         paired = paired_difference(
             final_values(runs, claim.better, claim.metric),

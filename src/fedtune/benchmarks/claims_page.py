@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
+from fedtune.benchmarks.suite import recorded_constant_answers
 
 __all__ = ["QualityBlock", "claims_summary_markdown", "quality_blocks"]
 
@@ -72,7 +73,8 @@ def claims_summary_markdown(blocks: Sequence[QualityBlock], root: Path) -> str:
     counts: dict[str, int] = {}
     for block in blocks:
         results = json.loads((root / block.path).read_text("utf-8"))
-        for claim in evaluate_claims(results.get("runs") or []):
+        constant_em = recorded_constant_answers(results)
+        for claim in evaluate_claims(results.get("runs") or [], constant_em=constant_em):
             # "no verdict: premise false (numbers)" counts as one kind, whatever the numbers.
             kind = claim["verdict"].split(" (", 1)[0]
             counts[kind] = counts.get(kind, 0) + 1

@@ -7,8 +7,12 @@ verdict, and each table prints its premise with the numbers above it.
 - **The large model knows clearly more than the small ones** (FedPT, paper 002; FedMKT,
   paper 003: both transfer the large model's knowledge). Holds when the large model's
   zero-shot EM is at least :data:`MIN_LARGE_EM` and at least :data:`MIN_RATIO` times the
-  small one's, with at least one category the small model cannot do (EM at most
-  :data:`SMALL_CANNOT_EM`) and the large one can (at least :data:`MIN_LARGE_EM`).
+  small one's, with at least one category the small model cannot do and the large one can.
+  Both are read as skill: EM above the constant answer's in that category (the share of its
+  most common reference answer, :func:`fedtune.benchmarks.suite.constant_answer_em`), since
+  a model that always answers "fruit" gets 0.47 on the default test set's classify. The
+  small model cannot do a category when its EM is at most :data:`SMALL_CANNOT_EM` above the
+  constant answer's; the large one can when its EM is at least :data:`MIN_LARGE_EM` above.
 - **Synthetic data is used** (FewFedPIT, paper 004: its privacy and utility come from the
   public parameters trained on synthetic data). Holds when more than :data:`MIN_SYNTHETIC_SHARE`
   of the client steps of its runs (beta < 1) used at least one synthetic example.
@@ -47,11 +51,13 @@ __all__ = [
 
 LARGE_KNOWS_MORE: Final = "large model knows more"
 SYNTHETIC_USED: Final = "synthetic data used"
-#: The large model's zero-shot EM must reach this, overall and in a category small cannot do.
+#: The large model's zero-shot EM must reach this overall, and be this far above the
+#: constant answer's in a category small cannot do.
 MIN_LARGE_EM: Final = 0.25
 #: ... and be at least this many times the small model's.
 MIN_RATIO: Final = 2.0
-#: A category the small model "cannot do": its zero-shot EM there is at most this.
+#: A category the small model "cannot do": its zero-shot EM there is at most this above the
+#: constant answer's.
 SMALL_CANNOT_EM: Final = 0.05
 #: "Most client steps": more than this share used at least one synthetic example.
 MIN_SYNTHETIC_SHARE: Final = 0.5
@@ -131,7 +137,9 @@ def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], 
     return large, small
 
 
-def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
+def _large_knows_more(
+    runs: Sequence[Mapping[str, Any]], constant: Mapping[str, float] | None
+) -> Premise:
     large, small = _zero_shot_em(runs)
     if "" not in large or "" not in small:
         missing = " and ".join(n for n, d in (("large", large), ("small", small)) if "" not in d)
@@ -142,13 +150,20 @@ def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
     overall_ok = large[""] >= MIN_LARGE_EM and large[""] >= MIN_RATIO * small[""]
     numbers = f"large zero-shot EM {large['']:.3f} vs small {small['']:.3f}"
     categories = sorted(c for c in large if c and c in small)
-    if categories:
-        cannot = [c for c in categories if small[c] <= SMALL_CANNOT_EM and large[c] >= MIN_LARGE_EM]
-        per = ", ".join(f"{c} {large[c]:.2f} vs {small[c]:.2f}" for c in categories)
+    if categories and constant is not None and all(c in constant for c in categories):
+        cannot = [
+            c for c in categories
+            if small[c] - constant[c] <= SMALL_CANNOT_EM and large[c] - constant[c] >= MIN_LARGE_EM
+        ]
+        per = ", ".join(f"{c} {large[c]:.2f} vs {small[c]:.2f} ({constant[c]:.2f})" for c in categories)
         per_category = (
-            f"per category (large vs small): {per}; categories small cannot do "
-            f"(≤ {SMALL_CANNOT_EM:g}) and large can (≥ {MIN_LARGE_EM:g}): {', '.join(cannot) or 'none'}"
+            f"per category (large vs small; the constant answer's EM in brackets): {per}; "
+            f"categories small cannot do (≤ {SMALL_CANNOT_EM:g} above the constant answer) and "
+            f"large can (≥ {MIN_LARGE_EM:g} above it): {', '.join(cannot) or 'none'}"
         )
+    elif categories:
+        categories, cannot = [], []
+        per_category = "per category: the constant answer's EM is not recorded"
     else:
         cannot = []
         per_category = "per category: small's not recorded"
@@ -164,7 +179,8 @@ def _large_knows_more(runs: Sequence[Mapping[str, Any]]) -> Premise:
     return Premise(LARGE_KNOWS_MORE, status, numbers, f"{overall} ({bar}); {per_category}.")
 
 
-def _synthetic_used(runs: Sequence[Mapping[str, Any]]) -> Premise:
+def _synthetic_used(runs: Sequence[Mapping[str, Any]], constant: Mapping[str, float] | None) -> Premise:
+    del constant  # not a per-category premise
     fewfedpit = [r for r in runs if premise_of(r["method"]) == SYNTHETIC_USED]
     unrecorded = sum(1 for r in fewfedpit if not r.get("synthesis_steps"))
     if not fewfedpit or unrecorded:
@@ -189,12 +205,22 @@ def _synthetic_used(runs: Sequence[Mapping[str, Any]]) -> Premise:
 _MEASURE: Final = {LARGE_KNOWS_MORE: _large_knows_more, SYNTHETIC_USED: _synthetic_used}
 
 
-def measure(runs: Sequence[Mapping[str, Any]], names: Sequence[str] = tuple(_MEASURE)) -> dict[str, Premise]:
-    """Each premise of ``names`` as measured on ``runs`` (a quality benchmark's ``runs``)."""
-    return {name: _MEASURE[name](runs) for name in names}
+def measure(
+    runs: Sequence[Mapping[str, Any]],
+    names: Sequence[str] = tuple(_MEASURE),
+    *,
+    constant_em: Mapping[str, float] | None = None,
+) -> dict[str, Premise]:
+    """Each premise of ``names`` as measured on ``runs`` (a quality benchmark's ``runs``),
+    with ``constant_em`` the test set's constant-answer EM per category
+    (:func:`fedtune.benchmarks.suite.recorded_constant_answers`; without it no category is
+    read and the large-model premise is at best "not measured")."""
+    return {name: _MEASURE[name](runs, constant_em) for name in names}
 
 
-def premise_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+def premise_lines(
+    runs: Sequence[Mapping[str, Any]], *, constant_em: Mapping[str, float] | None = None
+) -> list[str]:
     """The line of every premise a method of ``runs`` rests on, in a fixed order."""
     names = [n for n in _MEASURE if any(premise_of(r["method"]) == n for r in runs)]
-    return [p.line for p in measure(runs, names).values()]
+    return [p.line for p in measure(runs, names, constant_em=constant_em).values()]

@@ -69,7 +69,13 @@ from fedtune.benchmarks.methods import Method, check_settings, parse_method
 from fedtune.benchmarks.provenance import source_commit
 from fedtune.benchmarks.scoring import EvalSet, evaluate_model, local_score
 from fedtune.benchmarks.selection import select_tuned
-from fedtune.benchmarks.suite import category_shares, load_manifest, read_set
+from fedtune.benchmarks.suite import (
+    category_shares,
+    constant_answer_em,
+    load_manifest,
+    read_set,
+    recorded_constant_answers,
+)
 from fedtune.benchmarks.synthesis_steps import synthesis_steps
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
@@ -777,10 +783,14 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
     tuned, selection = select_tuned(runs, spec.select)
     runs += tuned
     table = summarize(runs)
+    suite = {k: bench.manifest[k] for k in ("spec", "tenants", "public", "test")}
+    # What a model with no skill scores per category, which the premises read (workspaces
+    # made before the manifest recorded it get it from the test set they evaluate on).
+    suite["test"] = {**suite["test"], "constant_answer_em": constant_answer_em(bench.test_records)}
     return {
         "commit": source_commit(),
         "spec": spec.to_json(),
-        "suite": {k: bench.manifest[k] for k in ("spec", "tenants", "public", "test")},
+        "suite": suite,
         "split": {
             "name": spec.split,
             "tenants": bench.split_manifest["tenants"],
@@ -791,7 +801,7 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,
         "table": table,
-        "claims": evaluate_claims(runs),
+        "claims": evaluate_claims(runs, constant_em=suite["test"]["constant_answer_em"]),
         "selection": selection,
     }
 
@@ -836,7 +846,7 @@ def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
     merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
     merged["table"] = summarize(merged["runs"])
-    merged["claims"] = evaluate_claims(merged["runs"])
+    merged["claims"] = evaluate_claims(merged["runs"], constant_em=recorded_constant_answers(merged))
     return merged
 
 

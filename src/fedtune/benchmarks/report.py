@@ -15,6 +15,7 @@ from typing import Any, Final
 from fedtune.benchmarks.claims import evaluate_claims
 from fedtune.benchmarks.peer import FLOOR
 from fedtune.benchmarks.premises import premise_lines
+from fedtune.benchmarks.suite import recorded_constant_answers
 from fedtune.benchmarks.synthesis_steps import synthesis_lines
 
 __all__ = [
@@ -65,7 +66,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # Differential privacy: epsilon at the runs' delta after the last round.
     private = any(_EPSILON in row["metrics"] for row in results["table"])
     # The premises the table's paper claims rest on, with their numbers, above it.
-    premises = premise_lines(results["runs"])
+    premises = premise_lines(results["runs"], constant_em=recorded_constant_answers(results))
     lines = [
         *(premises + [""] if premises else []),
         (
@@ -111,7 +112,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     lines += _per_model_lines(results)
     lines += synthesis_lines(results)
     lines += _selection_lines(results)
-    claims = evaluate_claims(results["runs"])
+    claims = evaluate_claims(results["runs"], constant_em=recorded_constant_answers(results))
     if claims:
         lines += [
             "",

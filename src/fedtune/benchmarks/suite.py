@@ -27,6 +27,7 @@ pretraining corpus repeats the public set's classify records instead of drawing 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -50,10 +51,12 @@ __all__ = [
     "SuiteSpec",
     "build_suite",
     "category_shares",
+    "constant_answer_em",
     "describe_set",
     "digests",
     "load_manifest",
     "read_set",
+    "recorded_constant_answers",
     "write_files",
     "write_suite",
 ]
@@ -155,7 +158,7 @@ class Suite:
                 name: describe_set(records) for name, records in self.tenants.items()
             },
             "public": describe_set(self.public),
-            "test": describe_set(self.test),
+            "test": describe_set(self.test) | {"constant_answer_em": constant_answer_em(self.test)},
             "pretrain": describe_set(self.pretrain),
             "validation": describe_set(self.validation),
             "files": digests(self.files()),
@@ -171,6 +174,45 @@ def describe_set(records: list[Record]) -> dict[str, Any]:
     """A set's manifest entry: ``records`` and ``category_counts`` (every category listed)."""
     counts = Counter(r["category"] for r in records)
     return {"records": len(records), "category_counts": {c: counts.get(c, 0) for c in CATEGORIES}}
+
+
+def constant_answer_em(records: list[Record]) -> dict[str, float]:
+    """Per category of ``records``, the EM of always giving its most common reference
+    answer (that answer's share): what a model with no skill at the task can score. On the
+    default test set always answering "fruit" gets 14 of 30 classify records (0.467)."""
+    answers: dict[str, Counter[str]] = {}
+    for record in records:
+        answers.setdefault(record["category"], Counter())[record["response"]] += 1
+    return {
+        category: count.most_common(1)[0][1] / count.total()
+        for category, count in sorted(answers.items())
+    }
+
+
+def recorded_constant_answers(results: Mapping[str, Any]) -> dict[str, float] | None:
+    """The test set's :func:`constant_answer_em` as a quality results file records it
+    (``suite.test``); for results recorded before it did, computed from the test set rebuilt
+    from the recorded suite spec, if that is the recorded set (the sha256 of ``test.jsonl``
+    its ``split`` names). None when neither is possible."""
+    suite = results.get("suite") or {}
+    entry = suite.get("test") or {}
+    if "constant_answer_em" in entry:
+        return {c: float(v) for c, v in entry["constant_answer_em"].items()}
+    digest = ((results.get("split") or {}).get("files") or {}).get("test.jsonl")
+    if not digest or not suite.get("spec"):
+        return None
+    return _rebuilt_constant_answers(json.dumps(suite["spec"], sort_keys=True), digest)
+
+
+@functools.lru_cache(maxsize=8)
+def _rebuilt_constant_answers(spec_json: str, digest: str) -> dict[str, float] | None:
+    try:
+        test = build_suite(SuiteSpec(**json.loads(spec_json))).test
+    except (TypeError, ValueError, ConfigError, DataError):
+        return None  # a spec this code no longer reads
+    if hashlib.sha256(write_jsonl(test)).hexdigest() != digest:
+        return None
+    return constant_answer_em(test)
 
 
 def _check_spec(spec: SuiteSpec) -> None:
