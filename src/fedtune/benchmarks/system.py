@@ -73,7 +73,7 @@ class PeerJob:
 
 # fedtune's fixed cost on a short job, and its overhead on a longer one; two worker processes
 # on two cores (ideal: about 0.5 x plus the start-up that cannot overlap). Against the floor,
-# which no reading, tokenizing or storing flatters (issue 33).
+# which no reading, tokenizing or storing flatters.
 SMALL_PEER = PeerJob("small", rounds=3, tenants=3, steps=10, batch_size=4, max_seq_len=64,
                      workers=(1,), aims={1: 1.10})
 LARGE_PEER = PeerJob("large", rounds=5, tenants=3, steps=30, batch_size=8, max_seq_len=128,
