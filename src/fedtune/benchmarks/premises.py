@@ -149,23 +149,24 @@ def _large_knows_more(
         )
     overall_ok = large[""] >= MIN_LARGE_EM and large[""] >= MIN_RATIO * small[""]
     numbers = f"large zero-shot EM {large['']:.3f} vs small {small['']:.3f}"
-    categories = sorted(c for c in large if c and c in small)
-    if categories and constant is not None and all(c in constant for c in categories):
-        cannot = [
-            c for c in categories
-            if small[c] - constant[c] <= SMALL_CANNOT_EM and large[c] - constant[c] >= MIN_LARGE_EM
-        ]
-        per = ", ".join(f"{c} {large[c]:.2f} vs {small[c]:.2f} ({constant[c]:.2f})" for c in categories)
+    compared = sorted(c for c in large if c and c in small)
+    # A category is read only against its constant answer's EM.
+    known = constant or {}
+    categories = compared if all(c in known for c in compared) else []
+    cannot = [
+        c for c in categories
+        if small[c] - known[c] <= SMALL_CANNOT_EM and large[c] - known[c] >= MIN_LARGE_EM
+    ]
+    if categories:
+        per = ", ".join(f"{c} {large[c]:.2f} vs {small[c]:.2f} ({known[c]:.2f})" for c in categories)
         per_category = (
             f"per category (large vs small; the constant answer's EM in brackets): {per}; "
             f"categories small cannot do (≤ {SMALL_CANNOT_EM:g} above the constant answer) and "
             f"large can (≥ {MIN_LARGE_EM:g} above it): {', '.join(cannot) or 'none'}"
         )
-    elif categories:
-        categories, cannot = [], []
+    elif compared:
         per_category = "per category: the constant answer's EM is not recorded"
     else:
-        cannot = []
         per_category = "per category: small's not recorded"
     if overall_ok and categories and not cannot:
         numbers += "; no category small cannot do and large can"

@@ -65,8 +65,10 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     adapemu = any(_ADAPEMU in row["metrics"] for row in results["table"])
     # Differential privacy: epsilon at the runs' delta after the last round.
     private = any(_EPSILON in row["metrics"] for row in results["table"])
-    # The premises the table's paper claims rest on, with their numbers, above it.
-    premises = premise_lines(results["runs"], constant_em=recorded_constant_answers(results))
+    # The premises the table's paper claims rest on, with their numbers, above it; the claims
+    # below read the same constant-answer EM.
+    constant_em = recorded_constant_answers(results)
+    premises = premise_lines(results["runs"], constant_em=constant_em)
     lines = [
         *(premises + [""] if premises else []),
         (
@@ -112,7 +114,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     lines += _per_model_lines(results)
     lines += synthesis_lines(results)
     lines += _selection_lines(results)
-    claims = evaluate_claims(results["runs"], constant_em=recorded_constant_answers(results))
+    claims = evaluate_claims(results["runs"], constant_em=constant_em)
     if claims:
         lines += [
             "",
