@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
+# One pytest worker per core of the 2-core machines (pytest-xdist); a test file stays on one
+# worker, so its module fixtures are built once. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: setup servers demo lint test test-fast bench mlflow-ui clean cluster-binaries cluster-up cluster-down
 
@@ -53,10 +57,10 @@ lint: setup
 test: setup lint servers
 	@if command -v go >/dev/null; then $(PYTHON) $(K8S) build; \
 	else echo "no go on PATH: the cluster tests will be skipped"; fi
-	FEDTUNE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q
+	FEDTUNE_REQUIRE_SERVERS=1 $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 bench: setup
 	$(BIN)/fedtune bench engine examples/quickstart.yaml

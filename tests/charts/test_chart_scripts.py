@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,16 +67,6 @@ def test_bootstrap_creates_missing_buckets_and_is_idempotent(s3_server: str) -> 
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL_S3": s3_server,
     }
-    cmd = [
-        sys.executable,
-        str(SCRIPTS / "bootstrap_buckets.py"),
-        "--wait-seconds=5",
-        "fedtune-exchange",
-        "fedtune-mlflow",
-    ]
-    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert first.returncode == 0, first.stderr
-    assert "bucket fedtune-exchange created" in first.stderr
     s3 = boto3.client(
         "s3",
         endpoint_url=s3_server,
@@ -83,13 +74,18 @@ def test_bootstrap_creates_missing_buckets_and_is_idempotent(s3_server: str) -> 
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-    assert {b["Name"] for b in s3.list_buckets()["Buckets"]} == {
-        "fedtune-exchange",
-        "fedtune-mlflow",
-    }
+    # moto keeps one bucket table per process, shared by every server in it: other tests'
+    # buckets may be there, so names are unique and the check is what this run added.
+    exchange, mlflow = (f"fedtune-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("exchange", "mlflow"))
+    before = {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    cmd = [sys.executable, str(SCRIPTS / "bootstrap_buckets.py"), "--wait-seconds=5", exchange, mlflow]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    assert f"bucket {exchange} created" in first.stderr
+    assert {b["Name"] for b in s3.list_buckets()["Buckets"]} - before == {exchange, mlflow}
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert second.returncode == 0, second.stderr
-    assert "bucket fedtune-mlflow already exists" in second.stderr
+    assert f"bucket {mlflow} already exists" in second.stderr
 
 
 def test_bootstrap_fails_with_a_fix_when_the_store_is_unreachable() -> None:

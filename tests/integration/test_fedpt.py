@@ -155,7 +155,10 @@ def test_composite_and_small_model_are_registered_and_the_composite_decodes_eq3(
     expected = proxy.generate(large, pre, tuned, ids, 1.0, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id)
     assert expected
     mlflow.set_tracking_uri(run["tracking_uri"])
-    served = mlflow.pyfunc.load_model("models:/fpt@candidate")
+    try:
+        served = mlflow.pyfunc.load_model("models:/fpt@candidate")
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None means unset
     answer = tokenizer.decode(expected, skip_special_tokens=True)
     got = served.predict(
         pd.DataFrame({"prompt": [prompt, framed(prompt, template)]}), params={"max_new_tokens": 8}

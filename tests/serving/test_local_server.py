@@ -7,6 +7,7 @@ the protocol and its error answers without loading one.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import urllib.error
 import urllib.request
@@ -139,3 +140,40 @@ def test_stop_without_start_releases_the_port() -> None:
     srv.stop()
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+
+
+class _Recording(logging.Handler):
+    """A handler that notes whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.closed = False
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+def test_serving_leaves_the_processs_logging_as_it_was() -> None:
+    """serve-local runs inside the process that called it (a CLI run, a notebook, a test):
+    it must not close or replace the handlers that process set up, and they keep working."""
+    root, mine = logging.getLogger(), _Recording()
+    root.addHandler(mine)
+    try:
+        before = list(root.handlers)
+        srv = LocalServer(reverse_words, "toy@1", port=0, max_requests=1).start()
+        try:
+            with urllib.request.urlopen(f"{srv.url}/health", timeout=10) as response:
+                assert response.status == 200
+        finally:
+            srv.stop()
+        assert not mine.closed
+        assert root.handlers == before
+        logging.getLogger("fedtune.after").warning("still logging")
+        assert mine.records[-1] == "still logging"
+    finally:
+        root.removeHandler(mine)

@@ -131,8 +131,15 @@ class LocalServer:
         from fedtune.serving.openai_app import build_app
 
         app = build_app(generate, label, max_new_tokens, self._count)
+        # log_config=None: uvicorn's default applies logging.config.dictConfig, which closes
+        # every handler the process already has (a run's log file, a library's stream), and
+        # routes uvicorn's lines past the process's own format. Without it they propagate.
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, timeout_keep_alive=int(REQUEST_TIMEOUT_S)
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=int(REQUEST_TIMEOUT_S),
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
