@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedtune.benchmarks.pretrain import (
     REPORT_FILE,
@@ -114,6 +115,48 @@ def test_invalid_settings_are_config_errors(tmp_path: Path) -> None:
         pretrain(PretrainSpec(shape=TINY, steps=0), generate(2), generate(1), tmp_path)
     with pytest.raises(ConfigError, match="tokenizer='bpe:99'"):
         pretrain(PretrainSpec(shape=TINY, tokenizer="bpe:99"), generate(2), generate(1), tmp_path)
+    with pytest.raises(ConfigError, match="micro_batches=0"):
+        pretrain(PretrainSpec(shape=TINY, micro_batches=0), generate(2), generate(1), tmp_path)
+    with pytest.raises(ConfigError, match="micro_batches=5 must be <= batch_size=4"):
+        pretrain(PretrainSpec(shape=TINY, batch_size=4, micro_batches=5), generate(2), generate(1), tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_a_step_in_length_sorted_passes_has_the_loss_and_gradient_of_one_pass(arch: str, parts: int) -> None:
+    """Micro-batching is padding saved, not another objective: over records of every category
+    (and raw self-instruct demonstrations, whose every token is a label), split unevenly, the
+    step's loss and every parameter's gradient equal one pass over the whole batch."""
+    from fedtune.benchmarks.pretrain import _encode_corpus, _step_loss
+    from fedtune.benchmarks.self_instruct import demonstrations
+    from fedtune.models.tiny import build_tiny_model
+    from fedtune.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer("builtin")
+    corpus = generate(40, seed=5)
+    records = corpus[:12] + demonstrations(corpus, 2, seed=1)
+    rows = _encode_corpus(records, tokenizer, 160)
+    lengths = {len(r["input_ids"]) for r in rows}
+    assert len(lengths) > parts  # the premise: lengths differ, so the passes pad differently
+    model = build_tiny_model(
+        arch, vocab_size=len(tokenizer), hidden_size=32, num_layers=2, num_heads=2,
+        intermediate_size=64, max_position_embeddings=256, seed=0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    device = torch.device("cpu")
+
+    def step(n: int) -> tuple[float, int, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss, tokens = _step_loss(model, rows, int(tokenizer.pad_token_id), n, device)
+        return float(loss), tokens, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    whole_loss, whole_tokens, whole = step(1)
+    split_loss, split_tokens, split = step(parts)
+    assert split_loss == pytest.approx(whole_loss, rel=1e-5)
+    assert split_tokens == whole_tokens == sum(len(r["input_ids"]) for r in rows)
+    for name, grad in whole.items():
+        torch.testing.assert_close(split[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_the_spec_hash_names_the_tokenizer_and_keeps_earlier_hashes(tmp_path: Path) -> None:
@@ -124,10 +167,12 @@ def test_the_spec_hash_names_the_tokenizer_and_keeps_earlier_hashes(tmp_path: Pa
     assert cached_report(tmp_path / "m", spec, corpus) == report  # kept by `bench pretrain`
     other = dataclasses.replace(spec, tokenizer="bytelevel-bpe:512")
     assert cached_report(tmp_path / "m", other, corpus) is None  # another tokenizer, another model
-    # The builtin tokenizer hashes as before the field existed, so cached models stay valid.
-    described = {k: v for k, v in spec.to_json().items() if k != "tokenizer"}
+    # The builtin tokenizer and one pass per step hash as before those fields existed, so
+    # cached and committed models stay valid; other values are other models.
+    described = {k: v for k, v in spec.to_json().items() if k not in ("tokenizer", "micro_batches")}
     earlier = hashlib.sha256(json.dumps({"spec": described, "corpus": corpus}, sort_keys=True).encode()).hexdigest()
     assert spec_hash(spec, corpus) == earlier[:16]
+    assert spec_hash(dataclasses.replace(spec, micro_batches=2), corpus) != earlier[:16]
 
 
 # tokenizer spec -> (family marker the tokens show, architecture)

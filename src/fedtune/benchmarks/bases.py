@@ -62,9 +62,17 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
         warmup_steps=100,
         max_seq_len=256,
     ),
-    # The six layers for 5,000 steps; 234 s (the first to be cut by a time limit).
+    # The six layers for 5,000 steps; 234 s (the first to be cut by a time limit). Eight
+    # length-sorted passes per step: the same gradient, 1.6 s a step on one CPU thread instead
+    # of 4.5 s (a batch of the corpus is 39 % records and 61 % padding in one pass).
     "large-h192l6-5k": PretrainSpec(
-        shape=_SIX, steps=5000, batch_size=64, lr=1.5e-3, warmup_steps=125, max_seq_len=256
+        shape=_SIX,
+        steps=5000,
+        batch_size=64,
+        lr=1.5e-3,
+        warmup_steps=125,
+        max_seq_len=256,
+        micro_batches=8,
     ),
     # Within an hour of one CPU thread (the budget when no GPU is lent): the default's
     # four layers for 5,000 steps instead of 1,500, and six layers of the same width.

@@ -34,7 +34,7 @@ from fedtune.benchmarks.self_instruct import encode_raw, is_raw
 from fedtune.benchmarks.vocabularies import check_tokenizer_spec, pretrain_tokenizer
 from fedtune.core.errors import ConfigError
 from fedtune.data.formats import to_example
-from fedtune.data.tokenize import collate, encode_examples
+from fedtune.data.tokenize import IGNORE_INDEX, Encoded, collate, encode_examples
 from fedtune.models.loading import save_pretrained_dir
 from fedtune.models.tiny import build_tiny_model
 from fedtune.training.local import batch_indices
@@ -154,6 +154,9 @@ class PretrainSpec:
     max_seq_len: int = 160
     seed: int = 0
     tokenizer: str = "builtin"  # see fedtune.benchmarks.vocabularies
+    # Forward passes per step (see _step): the batch's records sorted by length and split, so
+    # each pass pads only to its own longest record. The same loss and gradient as one pass.
+    micro_batches: int = 1
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -163,9 +166,15 @@ class PretrainSpec:
 def _check(spec: PretrainSpec) -> None:
     problems = [
         f"{name}={value} must be >= 1"
-        for name, value in (("steps", spec.steps), ("batch_size", spec.batch_size))
+        for name, value in (
+            ("steps", spec.steps),
+            ("batch_size", spec.batch_size),
+            ("micro_batches", spec.micro_batches),
+        )
         if value < 1
     ]
+    if spec.micro_batches > spec.batch_size:
+        problems.append(f"micro_batches={spec.micro_batches} must be <= batch_size={spec.batch_size}")
     if not spec.lr > 0:
         problems.append(f"lr={spec.lr} must be > 0")
     if not 0 <= spec.warmup_steps < max(spec.steps, 1):
@@ -193,8 +202,10 @@ def spec_hash(spec: PretrainSpec, corpus: str) -> str:
     The same hash on the same machine, library versions and thread count gives the same
     weights, so a model directory whose report carries it need not be trained again."""
     described = spec.to_json()
-    if described["tokenizer"] == "builtin":  # as before the field existed: earlier hashes hold
-        del described["tokenizer"]
+    # Fields at the value they had before they existed are left out: earlier hashes hold.
+    for name, before in (("tokenizer", "builtin"), ("micro_batches", 1)):
+        if described[name] == before:
+            del described[name]
     text = json.dumps({"spec": described, "corpus": corpus}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -270,6 +281,36 @@ def _curve(losses: Sequence[float]) -> list[dict[str, float]]:
         for start in range(0, len(losses), window)
         for chunk in [losses[start : start + window]]
     ]
+
+
+def _step_loss(model: Any, rows: Sequence[Encoded], pad_id: int, parts: int,
+               device: torch.device) -> tuple[torch.Tensor, int]:
+    """Forward and backward of one optimizer step over ``rows``; returns (loss, tokens).
+
+    With ``parts`` > 1 the rows are sorted by length and split into that many passes, each
+    padded to its own longest row, and each pass's summed token loss is divided by the whole
+    batch's count of predicted tokens (``num_items_in_batch``): gradients accumulate to those
+    of one pass over the batch, the loss to its mean, at a fraction of the padding.
+    """
+    if parts == 1:
+        batch = {k: v.to(device) for k, v in collate(list(rows), pad_id).items()}
+        loss = model(**batch).loss
+        loss.backward()
+        return loss.detach(), int(batch["attention_mask"].sum())
+    ordered = sorted(rows, key=lambda row: len(row["input_ids"]))
+    # Each row predicts its labelled tokens after the first (the causal shift).
+    predicted = sum(sum(1 for label in row["labels"][1:] if label != IGNORE_INDEX) for row in rows)
+    items = torch.tensor(predicted, device=device)
+    total = torch.zeros((), device=device)
+    tokens = 0
+    size = math.ceil(len(ordered) / parts)
+    for start in range(0, len(ordered), size):
+        batch = {k: v.to(device) for k, v in collate(ordered[start : start + size], pad_id).items()}
+        loss = model(**batch, num_items_in_batch=items).loss
+        loss.backward()
+        total += loss.detach()
+        tokens += int(batch["attention_mask"].sum())
+    return total, tokens
 
 
 def _encode_corpus(records: Sequence[Mapping[str, Any]], tokenizer: Any, max_len: int) -> list[Any]:
@@ -387,17 +428,17 @@ def pretrain(
         ):
             if step <= done:
                 continue
-            batch = collate([encoded[i] for i in indices], int(tokenizer.pad_token_id))
-            batch = {k: v.to(device) for k, v in batch.items()}
-            loss = model(**batch).loss
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss, batch_tokens = _step_loss(
+                model, [encoded[i] for i in indices], int(tokenizer.pad_token_id),
+                spec.micro_batches, device,
+            )
             # Clipping keeps the tiny models' early steps (lr 2e-3, no pretraining) stable.
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
-            losses.append(float(loss.detach()))
-            tokens += int(batch["attention_mask"].sum())
+            losses.append(float(loss))
+            tokens += batch_tokens
             if progress is not None:
                 progress(step, losses[-1])
             if step % _PROGRESS_EVERY == 0:
