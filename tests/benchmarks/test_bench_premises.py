@@ -237,3 +237,29 @@ def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
     premise = text.index("Premise (large model knows more): **fails**. Large zero-shot EM 0.200 vs small 0.100")
     assert premise < text.index("| method |")
     assert "| no verdict: premise false (large zero-shot EM 0.200 vs small 0.100) |" in text
+
+
+@pytest.mark.parametrize(("slms_above_constant", "status"), [((0.0, 0.1), "holds"), ((0.1, 0.1), "fails")])
+def test_heterogeneous_small_models_are_read_per_category_by_their_mean(
+    slms_above_constant: tuple[float, float], status: str
+) -> None:
+    """FedMKT's heterogeneous tenants have no shared small model to train (no fedavg-small):
+    the zero-shot run's per-category mean over their own models is the small side, recorded
+    by the quality benchmark and read here; each tenant's ``slm/em/<tenant>`` is not."""
+    from fedtune.benchmarks.quality import _tenant_means
+
+    per_tenant = {
+        f"t{i}": {"em": 0.1, "test_loss": 1.0, "em/arithmetic": CONSTANT["arithmetic"] + above}
+        for i, above in enumerate(slms_above_constant)
+    }
+    shares = {t: {"arithmetic": 1.0} for t in per_tenant}
+    slm = _tenant_means(per_tenant, shares)
+    mean = CONSTANT["arithmetic"] + sum(slms_above_constant) / len(slms_above_constant)
+    assert slm["slm/category_em/arithmetic"] == pytest.approx(mean)
+    runs: Runs = {}
+    (zero,) = _run(runs, "zero-shot", None, rounds=1)["rounds"]
+    zero.update({"em": 0.6, "llm/em": 0.6, "em/arithmetic": 0.9, **slm})
+    premise = measure(list(runs.values()), constant_em=CONSTANT)[LARGE_KNOWS_MORE]
+    assert premise.status == status, premise.detail
+    assert f"arithmetic 0.90 vs {mean:.2f}" in premise.detail
+    assert "t0" not in premise.detail

@@ -21,8 +21,10 @@ Reading the runs (every run's first record is round 0, the model before any trai
 the large model's zero-shot is the ``zero-shot`` run (``llm/em`` where the LLM is named,
 else ``em``; ``em/<category>``); the small model's is the ``zero-shot`` run's ``slm/em``, else
 the round-0 ``small/em`` of a run that records its small model (FedPT), else the round-0
-``em`` of a run training the small model (``fedavg-small``, ``standalone-small``), whose
-round-0 ``em/<category>`` gives the categories. Synthetic data: each FewFedPIT run's
+``em`` of a run training the small model (``fedavg-small``, ``standalone-small``). Per
+category, the small side is the zero-shot run's ``slm/category_em/<category>`` (the mean over
+the tenants' small models where each has its own: a category counts as one the small ones
+cannot do when they cannot on average), else that training run's round-0 ``em/<category>``. Synthetic data: each FewFedPIT run's
 ``synthesis_steps`` (one entry per client step, :mod:`fedtune.benchmarks.synthesis_steps`),
 whose ``used`` counts the synthetic examples that step trained on.
 """
@@ -71,6 +73,8 @@ _FAMILY_PREMISE: Final[dict[str, str]] = {
     "fewfedpit": SYNTHETIC_USED,
 }
 _SMALL_RUNS: Final = ("fedavg-small", "standalone-small")
+# The zero-shot run's small models' mean EM per category (quality._category_means).
+_SMALL_CATEGORY: Final = "slm/category_em/"
 
 Status = Literal["holds", "fails", "not measured"]
 
@@ -125,6 +129,11 @@ def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], 
         large |= {k.split("/", 1)[1]: float(v) for k, v in zero.items() if k.startswith("em/")}
         if "slm/em" in zero:
             small[""] = float(zero["slm/em"])
+        # The tenants' small models' mean per category (several SLMs: FedMKT heterogeneous).
+        small |= {
+            k.removeprefix(_SMALL_CATEGORY): float(v)
+            for k, v in zero.items() if k.startswith(_SMALL_CATEGORY)
+        }
     if "" not in small:
         proxy = next((r["rounds"][0] for r in runs if r["rounds"] and "small/em" in r["rounds"][0]), None)
         if proxy is not None:
@@ -133,7 +142,9 @@ def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], 
     if trained is not None:
         if "em" in trained:
             small.setdefault("", float(trained["em"]))
-        small |= {k.split("/", 1)[1]: float(v) for k, v in trained.items() if k.startswith("em/")}
+        for key, value in trained.items():
+            if key.startswith("em/"):
+                small.setdefault(key.split("/", 1)[1], float(value))
     return large, small
 
 

@@ -24,7 +24,8 @@ FedMKT (and its variants, e.g. ``fedmkt@llm_frozen=true``, the paper's LLM2SLM) 
 benchmark's model as the provider's LLM and the workspace's ``small`` model as every tenant's
 own small model. Its rows score each model on the suite's test set: ``llm/em`` (the LLM, also
 ``em``), ``slm/em/<tenant>`` (each tenant's final small model), ``slm/em`` and
-``slm/local_em`` (their means; local: each on its own tenant's task mix). With FedMKT among the
+``slm/local_em`` (their means; local: each on its own tenant's task mix) and
+``slm/category_em/<category>`` (their mean per test category). With FedMKT among the
 methods every row names the model it scored: ``llm/em`` for methods on the benchmark's model,
 ``slm/*`` for those on the small model (Zero-Shot gets both).
 
@@ -54,7 +55,7 @@ import logging
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -709,7 +710,18 @@ def _tenant_means(per_tenant: Mapping[str, Metrics], shares: Mapping[str, Mappin
     metrics["slm/em"] = statistics.fmean(m["em"] for m in per_tenant.values())
     metrics["slm/test_loss"] = statistics.fmean(m["test_loss"] for m in per_tenant.values())
     metrics["slm/local_em"] = statistics.fmean(local_score(m, shares[t]) for t, m in per_tenant.items())
-    return metrics
+    return metrics | _category_means(per_tenant.values())
+
+
+def _category_means(scores: Iterable[Metrics]) -> Metrics:
+    """``slm/category_em/<category>``: the small models' mean EM per test category (its own
+    prefix: ``slm/em/<name>`` names tenants)."""
+    rows = list(scores)
+    categories = set.intersection(*({k for k in r if k.startswith("em/")} for r in rows)) if rows else set()
+    return {
+        f"slm/category_em/{key.removeprefix('em/')}": statistics.fmean(r[key] for r in rows)
+        for key in sorted(categories)
+    }
 
 
 def _as_model(row: Metrics, model: str, tenants: Sequence[str]) -> Metrics:
@@ -718,7 +730,7 @@ def _as_model(row: Metrics, model: str, tenants: Sequence[str]) -> Metrics:
     if model == "llm" or "em" not in row:
         return {"llm/em": row["em"]} if "em" in row else {}
     found = {"slm/em": row["em"], "slm/test_loss": row["test_loss"], "slm/local_em": row.get("local_em", 0.0)}
-    found |= {f"slm/em/{t}": row["em"] for t in tenants}
+    found |= {f"slm/em/{t}": row["em"] for t in tenants} | _category_means([row])
     return {k: v for k, v in found.items() if k not in row}
 
 
