@@ -109,3 +109,27 @@ def test_resuming_with_a_changed_job_is_refused(tmp_path: Path) -> None:
 def test_a_non_json_job_config_parameter_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not valid JSON"):
         common.job_from_json("{name: x", source="job_config parameter")
+
+
+@pytest.mark.parametrize("recorded", [None, {"job": "kfp"}], ids=["no-run-record", "no-run-id"])
+def test_a_step_that_logs_to_the_run_refuses_to_start_another_run(
+    tmp_path: Path, recorded: dict[str, str] | None
+) -> None:
+    """Aggregate, export and the audit attach to the run server-init recorded. Without that
+    record they fail with the fix, and MLflow gets no new run (one per round would scatter
+    the job's metrics)."""
+    from mlflow.tracking import MlflowClient
+
+    from fedtune.core.errors import StoreError
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    job = two_tenant_job(tmp_path / "w", tracking={"backend": "mlflow", "tracking_uri": uri})
+    store = layout.JobStores(job).provider()
+    if recorded is not None:
+        store.put_json(layout.RUN_KEY, recorded)
+    with pytest.raises(StoreError, match="holds no tracking run of job 'kfp'") as err:
+        common.resume_tracker(job, store)
+    assert "server-init" in err.value.fix
+    assert (layout.RUN_KEY in str(err.value)) and ("no run_id" in str(err.value)) == (recorded is not None)
+    client = MlflowClient(uri)
+    assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())

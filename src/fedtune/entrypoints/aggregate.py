@@ -79,8 +79,7 @@ def stored_round(job: JobConfig, round_index: int, *, log: bool = False) -> dict
 
 
 def _log_round(job: JobConfig, store: Store, round_index: int, record: RoundRecord) -> None:
-    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
-    common.resume_tracker(job, run_id).log_metrics(record.metrics(), step=round_index)
+    common.resume_tracker(job, store).log_metrics(record.metrics(), step=round_index)
 
 
 def record_round(

@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from fedtune.config import format_validation_errors, load_job, parse_job
 from fedtune.config.job import JobConfig
-from fedtune.core.errors import ConfigError, FedtuneError
+from fedtune.core.errors import ConfigError, FedtuneError, StoreError
+from fedtune.engines import layout
 from fedtune.engines.tenant.pod_io import JOB_ENV
 from fedtune.tracking.base import Tracker
 from fedtune.tracking.factory import make_tracker
 
 if TYPE_CHECKING:
     from fedtune.config.tenant_view import TenantJob
+    from fedtune.storage.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +168,23 @@ def log_metrics(sink: MetricsSink | None, values: dict[str, Any]) -> None:
             sink.log_metric(name, float(value))
 
 
-def resume_tracker(job: JobConfig, run_id: str | None) -> Tracker:
-    """The tracker, attached to the run that the server-init step started."""
+def resume_tracker(job: JobConfig, store: Store) -> Tracker:
+    """The tracker, attached to the run that the server-init step started and recorded in
+    the provider ``store``.
+
+    Raises:
+        StoreError: No run is recorded there. Starting a new one would scatter the job's
+            metrics over runs that each hold a round.
+    """
+    record = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
+    run_id = record.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        state = f"{layout.RUN_KEY} has no run_id" if record else f"there is no {layout.RUN_KEY}"
+        raise StoreError(
+            f"the provider store holds no tracking run of job {job.name!r} ({state})",
+            fix="Run the job's pipeline from its server-init step, which starts the run and "
+            "records it; a later step cannot run before it.",
+        )
     tracker = make_tracker(job)
     tracker.start(run_name=job.name, params={}, tags={}, run_id=run_id)
     return tracker

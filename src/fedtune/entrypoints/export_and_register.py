@@ -55,8 +55,7 @@ def run(job: JobConfig, eval_markers: list[dict[str, Any]]) -> dict[str, Any]:
     by_tenant = {m["tenant"]: check_eval_metrics(m["tenant"], m["metrics"]) for m in eval_markers}
     final_eval = {t.name: by_tenant[t.name] for t in job.tenants if t.name in by_tenant}
     store.put_json(layout.FINAL_EVAL_KEY, final_eval)
-    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
-    tracker = common.resume_tracker(job, run_id)
+    tracker = common.resume_tracker(job, store)
     try:
         artifacts = export_and_register(env, tracker, final_eval)
         tracker.end("FINISHED")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedtune.config.job import JobConfig
-from fedtune.engines import layout, steps
+from fedtune.engines import steps
 from fedtune.engines.provider.audit import record_audit
 from fedtune.entrypoints import common
 from fedtune.entrypoints.export_and_register import ARTIFACTS_KEY
@@ -25,8 +25,7 @@ def run(job: JobConfig) -> dict[str, Any]:
     env = steps.ProviderEnv.create(job)
     store = env.store()
     artifacts = store.get_json(ARTIFACTS_KEY) if store.exists(ARTIFACTS_KEY) else {}
-    run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
-    tracker = common.resume_tracker(job, run_id)
+    tracker = common.resume_tracker(job, store)
     try:
         record = record_audit(env, tracker, artifacts)
         tracker.end("FINISHED")
