@@ -154,7 +154,7 @@ class PretrainSpec:
     max_seq_len: int = 160
     seed: int = 0
     tokenizer: str = "builtin"  # see fedtune.benchmarks.vocabularies
-    # Forward passes per step (see _step): the batch's records sorted by length and split, so
+    # Forward passes per step (see _step_loss): the batch's records sorted by length and split, so
     # each pass pads only to its own longest record. The same loss and gradient as one pass.
     micro_batches: int = 1
 
