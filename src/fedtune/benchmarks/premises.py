@@ -25,8 +25,9 @@ the round-0 ``small/em`` of a run that records its small model (FedPT), else the
 category, the small side is the zero-shot run's ``slm/category_em/<category>`` (the mean over
 the tenants' small models where each has its own: a category counts as one the small ones
 cannot do when they cannot on average), else that training run's round-0 ``em/<category>``.
-Synthetic data: each FewFedPIT run's ``synthesis_steps`` (one entry per client step, :mod:`fedtune.benchmarks.synthesis_steps`),
-whose ``used`` counts the synthetic examples that step trained on.
+Synthetic data: each FewFedPIT run's ``synthesis_steps`` (one entry per client step,
+:mod:`fedtune.benchmarks.synthesis_steps`), whose ``used`` counts the synthetic examples that
+step trained on.
 """
 
 from __future__ import annotations
