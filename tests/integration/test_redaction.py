@@ -20,7 +20,7 @@ from fedtune.cli.main import main
 from fedtune.config import JobConfig, parse_job
 from fedtune.core.errors import DataError
 from fedtune.engines import layout, steps
-from fedtune.entrypoints import aggregate, client_step
+from fedtune.entrypoints import aggregate, client_step, server_init
 from tests.helpers.algorithms import job_overrides, one_per_family, tenant_fields
 from tests.integration.conftest import DATA, tiny_job_dict
 from tests.integration.test_boundary import CLIENT_CASES
@@ -111,7 +111,7 @@ def test_a_failed_client_step_leaves_only_its_kind_and_line_in_the_round(
     marker = uuid.uuid4().hex
     job: JobConfig = parse_job(job_with_poison(tmp_path, marker, algorithm))
     provider = steps.ProviderEnv.create(job)
-    steps.init_step(provider)
+    server_init.run(job)  # as the pipeline starts: the initial state and the MLflow run
     steps.configure_step(provider, 1)
     markers = [client_step.run(job, 1, name) for name in ("tenant-a", "tenant-b", "tenant-c")]
     failed = next(m for m in markers if m["tenant"] == "tenant-b")

@@ -133,3 +133,11 @@ def test_a_step_that_logs_to_the_run_refuses_to_start_another_run(
     assert (layout.RUN_KEY in str(err.value)) and ("no run_id" in str(err.value)) == (recorded is not None)
     client = MlflowClient(uri)
     assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments())
+
+
+def test_with_tracking_off_a_step_needs_no_recorded_run(tmp_path: Path) -> None:
+    from fedtune.tracking.base import NullTracker
+
+    job = two_tenant_job(tmp_path / "w")  # tracking: none
+    store = layout.JobStores(job).provider()
+    assert isinstance(common.resume_tracker(job, store), NullTracker)

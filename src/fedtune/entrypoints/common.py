@@ -22,7 +22,7 @@ from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError, FedtuneError, StoreError
 from fedtune.engines import layout
 from fedtune.engines.tenant.pod_io import JOB_ENV
-from fedtune.tracking.base import Tracker
+from fedtune.tracking.base import NullTracker, Tracker
 from fedtune.tracking.factory import make_tracker
 
 if TYPE_CHECKING:
@@ -173,9 +173,13 @@ def resume_tracker(job: JobConfig, store: Store) -> Tracker:
     the provider ``store``.
 
     Raises:
-        StoreError: No run is recorded there. Starting a new one would scatter the job's
-            metrics over runs that each hold a round.
+        StoreError: The job tracks to MLflow and no run is recorded there. Starting a new one
+            would scatter the job's metrics over runs that each hold a round.
     """
+    tracker = make_tracker(job)
+    if isinstance(tracker, NullTracker):  # tracking off: nothing is logged, no run to attach
+        tracker.start(run_name=job.name, params={}, tags={})
+        return tracker
     record = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
     run_id = record.get("run_id")
     if not isinstance(run_id, str) or not run_id:
@@ -185,7 +189,6 @@ def resume_tracker(job: JobConfig, store: Store) -> Tracker:
             fix="Run the job's pipeline from its server-init step, which starts the run and "
             "records it; a later step cannot run before it.",
         )
-    tracker = make_tracker(job)
     tracker.start(run_name=job.name, params={}, tags={}, run_id=run_id)
     return tracker
 
