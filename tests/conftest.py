@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-# Where a later test's MLflow client or boto3 would go without being told: mlflow's
-# set_tracking_uri writes these into os.environ.
+# Where a later test's MLflow client would go without being told: mlflow's set_tracking_uri
+# writes these into os.environ as well as into its own module state.
 _PROCESS_WIDE = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
 
 

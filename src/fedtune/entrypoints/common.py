@@ -168,6 +168,11 @@ def log_metrics(sink: MetricsSink | None, values: dict[str, Any]) -> None:
             sink.log_metric(name, float(value))
 
 
+def stored_run(store: Store) -> dict[str, Any]:
+    """The run record server-init stored in the provider ``store`` (``{}`` before it ran)."""
+    return store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
+
+
 def resume_tracker(job: JobConfig, store: Store) -> Tracker:
     """The tracker, attached to the run that the server-init step started and recorded in
     the provider ``store``.
@@ -180,7 +185,7 @@ def resume_tracker(job: JobConfig, store: Store) -> Tracker:
     if isinstance(tracker, NullTracker):  # tracking off: nothing is logged, no run to attach
         tracker.start(run_name=job.name, params={}, tags={})
         return tracker
-    record = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
+    record = stored_run(store)
     run_id = record.get("run_id")
     if not isinstance(run_id, str) or not run_id:
         state = f"{layout.RUN_KEY} has no run_id" if record else f"there is no {layout.RUN_KEY}"

@@ -121,7 +121,7 @@ def component(
         result = run(job, [common.read_marker(p) for p in metrics_paths])
         common.write_marker(artifacts_path, result)
         store = steps.ProviderEnv.create(job).store()
-        run_id = store.get_json(layout.RUN_KEY).get("run_id") if store.exists(layout.RUN_KEY) else None
+        run_id = common.stored_run(store).get("run_id")
         main, second = model_roles(result["artifacts"])
         for out, name in ((model, main), (companion, second)):
             if out is not None:

@@ -28,7 +28,7 @@ from fedtune.tracking.factory import make_tracker
 def _start_tracking(env: steps.ProviderEnv, form: RunForm | None = None) -> tuple[Tracker, str]:
     """Check the stored run record, then create or resume the tracker run."""
     store = env.store()
-    stored: dict[str, Any] = store.get_json(layout.RUN_KEY) if store.exists(layout.RUN_KEY) else {}
+    stored = common.stored_run(store)
     info = check_resumable(stored, env.job, store.uri) if stored else {}
     tracker = make_tracker(env.job)
     params = (
