@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,11 @@ DATA = Path(__file__).resolve().parents[2] / "examples" / "data" / "quickstart"
 
 
 def tiny_job_dict(workdir: Path, data_dir: Path = DATA, **overrides: Any) -> dict[str, Any]:
-    """A 2-layer hidden-32 Llama, 3 tenants, 2 local steps: a round takes well under a second."""
+    """A 2-layer hidden-32 Llama, 3 tenants, 2 local steps: a round takes well under a second.
+
+    The dict owns everything in it: the overrides are copied, so a test that edits the result
+    (``d["tenants"][0]["dp_sgd"] = ...``) never edits a table shared with later tests.
+    """
     job: dict[str, Any] = {
         "name": "itest",
         "seed": 7,
@@ -40,7 +45,7 @@ def tiny_job_dict(workdir: Path, data_dir: Path = DATA, **overrides: Any) -> dic
         ],
         "tracking": {"backend": "none"},
     }
-    job.update(overrides)
+    job.update(copy.deepcopy(overrides))
     return job
 
 

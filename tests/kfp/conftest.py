@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ def two_tenant_dict(workdir: Path, **overrides: Any) -> dict[str, Any]:
             {"name": f"tenant-{x}", "data_uri": str(DATA / f"tenant-{x}.jsonl")} for x in "ab"
         ],
     )
-    job.update(overrides)
+    job.update(copy.deepcopy(overrides))
     return job
 
 
@@ -50,5 +51,5 @@ def cluster_job_dict(**overrides: Any) -> dict[str, Any]:
         ],
         "tracking": {"backend": "mlflow", "tracking_uri": "http://mlflow.fedtune:5000"},
     }
-    job.update(overrides)
+    job.update(copy.deepcopy(overrides))
     return job
