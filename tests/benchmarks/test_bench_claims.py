@@ -3,6 +3,7 @@ reports."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,16 @@ def test_margin_and_equality_claims() -> None:
     verdicts = [r["verdict"] for r in evaluate_claims(runs, [close, far, same, other])]
     assert verdicts == ["reproduces", "reversed", "reproduces", "differs"]
     assert close.text == "a >= b - 0.05" and same.text == "a == c"
+
+
+def test_the_summary_names_every_paper_a_claim_cites() -> None:
+    """The page's paper column keeps each paper a claim's source names before its text
+    (``FedMKT, FedIT: ...`` is both papers' claim, not FedMKT's alone)."""
+    from fedtune.benchmarks.claims_page import _paper
+
+    papers = {claim.source.split()[0].strip(",:") for claim in PAPER_CLAIMS}
+    for claim in PAPER_CLAIMS:
+        cited = claim.source.split(":", 1)[0].split("(", 1)[0]
+        named = {p for p in papers if re.search(rf"\b{re.escape(p)}\b", cited)}
+        column = _paper(claim.source)
+        assert named and {p.strip() for p in column.split(",")} == named, (claim.source, column)

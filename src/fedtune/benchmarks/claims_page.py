@@ -52,9 +52,9 @@ def quality_blocks(page: str) -> list[QualityBlock]:
 
 
 def _paper(source: str) -> str:
-    """The paper part of a claim's source (``FedPT (paper 002): ...`` -> ``FedPT``)."""
-    match = re.match(r"[\w-]+", source)
-    return match.group(0) if match else source
+    """The papers a claim's source names before its citation or its text
+    (``FedPT (paper 002): ...`` -> ``FedPT``; ``FedMKT, FedIT: ...`` -> ``FedMKT, FedIT``)."""
+    return re.split(r"\s*[(:]", source, maxsplit=1)[0].strip() or source
 
 
 def _interval(claim: Mapping[str, Any]) -> str:
