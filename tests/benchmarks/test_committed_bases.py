@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,9 +61,28 @@ def test_a_mismatching_committed_base_is_ignored_with_one_line_why(
 
 def test_an_absent_committed_base_is_silent(committed: tuple[Path, str], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root, corpus = committed
+    other = dataclasses.replace(TINY, steps=3)  # no folder holds a base of this spec
     with caplog.at_level(logging.INFO, logger=bases.__name__):
-        assert adopt_committed("small", TINY, corpus, tmp_path / "ws", root) is None
+        assert adopt_committed("small", other, corpus, tmp_path / "ws", root) is None
     assert caplog.records == []
+    assert not (tmp_path / "ws").exists()
+
+
+def test_a_base_committed_under_another_name_is_found_by_its_spec(
+    committed: tuple[Path, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A preset that keeps an earlier base finds it in the folder named after its candidate,
+    even where the folder of its own name holds another base (the new default's)."""
+    root, corpus = committed
+    assert committed_base("small", TINY, corpus, root) == root / "large"  # no "small" folder
+    shelf = tmp_path / "shelf"
+    shutil.copytree(root / "large", shelf / "large-earlier")
+    newer = dataclasses.replace(TINY, steps=3)
+    pt.pretrain(newer, generate(3, seed=7), generate(3, seed=7)[:5], shelf / "large")
+    with caplog.at_level(logging.INFO, logger=bases.__name__):
+        assert committed_base("large", TINY, corpus, shelf) == shelf / "large-earlier"
+        assert committed_base("large", newer, corpus, shelf) == shelf / "large"
+    assert caplog.records == []  # a match anywhere is no mismatch to report
 
 
 def test_bench_pretrain_copies_a_committed_base_instead_of_pretraining(
@@ -82,20 +102,28 @@ def test_bench_pretrain_copies_a_committed_base_instead_of_pretraining(
 
 
 @pytest.mark.slow
-def test_the_committed_bases_are_those_of_the_default_preset() -> None:
-    """Every folder in benchmarks/bases is a base of the default preset on its current
-    corpus: a changed spec or suite must come with re-pretrained bases."""
-    from fedtune.benchmarks.presets import get_preset
+def test_every_committed_base_is_one_a_preset_uses() -> None:
+    """A folder named after a default-preset model is that model on the current corpus, and
+    every other folder is a base some preset finds by its spec: a changed spec or suite must
+    come with re-pretrained bases, and no base is committed that nothing uses."""
+    from fedtune.benchmarks.presets import PRESETS, get_preset
     from fedtune.benchmarks.suite import build_suite
 
-    names = sorted(p.name for p in COMMITTED_BASES.iterdir()) if COMMITTED_BASES.is_dir() else []
-    if not names:
+    folders = sorted(p for p in COMMITTED_BASES.iterdir() if p.is_dir()) if COMMITTED_BASES.is_dir() else []
+    if not folders:
         pytest.skip("no committed bases in this checkout")
-    preset = get_preset("default")
-    corpus = pt.corpus_digest(build_suite(preset.suite).pretrain)
-    assert set(names) <= set(preset.models)
-    for name in names:
-        assert committed_base(name, preset.models[name], corpus) == COMMITTED_BASES / name, name
+    default = get_preset("default")
+    corpus = pt.corpus_digest(build_suite(default.suite).pretrain)
+    for name, spec in default.models.items():
+        if (COMMITTED_BASES / name).is_dir():
+            assert committed_base(name, spec, corpus) == COMMITTED_BASES / name, name
+    used = {
+        committed_base(name, spec, corpus)
+        for preset in PRESETS.values()
+        if preset.suite == default.suite
+        for name, spec in preset.models.items()
+    }
+    assert set(folders) <= used, sorted(str(f) for f in set(folders) - used)
     total = sum(f.stat().st_size for f in COMMITTED_BASES.rglob("*") if f.is_file())
     assert total <= 25_000_000
 

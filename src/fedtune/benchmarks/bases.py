@@ -1,16 +1,19 @@
 """Committed base models: pretrained once, reused by every checkout.
 
 Pretraining is deterministic only on one machine, library set and thread count, so the
-benchmark's bases are kept, not rebuilt: ``benchmarks/bases/NAME/`` at the repository root
-holds each base of the default preset (Hugging Face files and ``fedtune_pretrain.json``
+benchmark's bases are kept, not rebuilt: each folder of ``benchmarks/bases/`` at the
+repository root holds one base a preset uses (Hugging Face files and ``fedtune_pretrain.json``
 with its spec, spec hash, corpus sha256, loss curve, machine, torch version and seconds).
+``NAME/`` is the default preset's model ``NAME``; a base another preset keeps (the tuned
+baselines' earlier ``large``) sits beside them under its candidate's name.
 They live beside the benchmark's results, not in the package: they serve only benchmark
 runs from a checkout, and every install and image would otherwise carry their ~17 MB (the
 quickstart's one small base ships in the package, :mod:`fedtune.models.builtin_bases`).
 
 ``fedtune bench pretrain`` copies a committed base into the workspace when its report has
-the spec hash and corpus sha256 the preset asks for; one that differs is ignored with one
-log line saying which differs, and the model is pretrained as before.
+the spec hash and corpus sha256 the preset asks for (``NAME/`` first, then any folder); when
+none has and ``NAME/`` is there, one log line says what differs in it, and the model is
+pretrained as before.
 
 :data:`LARGE_CANDIDATES` are the shapes and budgets tried for the default ``large`` on a
 GPU (preset ``large-candidates``); the winner becomes the default preset's ``large``.
@@ -86,13 +89,9 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
 }
 
 
-def committed_base(
-    name: str, spec: PretrainSpec, corpus: str, root: Path | None = None
-) -> Path | None:
-    """``root/name`` (default root :data:`COMMITTED_BASES`) if it holds a loadable base pretrained with ``spec`` on ``corpus`` (the
-    sha256 of the training records); else None, with one log line when a base is there but
-    differs."""
-    folder = (root or COMMITTED_BASES) / name
+def _report(folder: Path) -> dict[str, Any] | None:
+    """``folder``'s pretraining report if it holds a loadable base, else None (logged when a
+    report is there but the base cannot be read)."""
     path = folder / REPORT_FILE
     if not path.is_file():
         return None
@@ -102,20 +101,40 @@ def committed_base(
     except (ValueError, ModelError) as exc:
         logger.warning("committed base %s ignored: unreadable (%s)", folder, exc)
         return None
+    return report
+
+
+def committed_base(
+    name: str, spec: PretrainSpec, corpus: str, root: Path | None = None
+) -> Path | None:
+    """The committed base pretrained with ``spec`` on ``corpus`` (the sha256 of the training
+    records): ``root/name`` (default root :data:`COMMITTED_BASES`) if it is that base, else
+    any other folder of ``root`` that is; None when none is, with one log line saying what
+    differs in ``root/name`` when that folder holds a base."""
+    base = root or COMMITTED_BASES
     want = spec_hash(spec, corpus)
+    named = base / name
+    others = sorted(p for p in base.iterdir() if p.is_dir() and p != named) if base.is_dir() else []
+    reports = {folder: _report(folder) for folder in (named, *others) if folder.is_dir()}
+    for folder, report in reports.items():
+        if report is not None and report.get("spec_hash") == want and (
+            report.get("corpus_sha256") == corpus
+        ):
+            return folder
+    report = reports.get(named)
+    if report is None:
+        return None
     if report.get("corpus_sha256") != corpus:
         logger.warning(
             "committed base %s ignored: pretrained on corpus %.12s, this suite's is %.12s",
-            folder, report.get("corpus_sha256"), corpus,
+            named, report.get("corpus_sha256"), corpus,
         )
-        return None
-    if report.get("spec_hash") != want:
+    else:
         logger.warning(
             "committed base %s ignored: its spec hash %s is not the preset's %s (the spec differs)",
-            folder, report.get("spec_hash"), want,
+            named, report.get("spec_hash"), want,
         )
-        return None
-    return folder
+    return None
 
 
 def adopt_committed(
