@@ -4,10 +4,11 @@ Pretraining is deterministic only on one machine, library set and thread count, 
 benchmark's bases are kept, not rebuilt: each folder of ``benchmarks/bases/`` at the
 repository root holds one base a preset uses (Hugging Face files and ``fedtune_pretrain.json``
 with its spec, spec hash, corpus sha256, loss curve, machine, torch version and seconds).
-``NAME/`` is the default preset's model ``NAME``; a base another preset keeps (the tuned
-baselines' earlier ``large``) sits beside them under its candidate's name.
+``NAME/`` is the default preset's model ``NAME``; a base only another preset uses (the
+earlier default ``large``, ``large-h128l4-5k`` of preset ``large-candidates``) sits beside
+them under its own name.
 They live beside the benchmark's results, not in the package: they serve only benchmark
-runs from a checkout, and every install and image would otherwise carry their ~17 MB (the
+runs from a checkout, and every install and image would otherwise carry their ~21 MB (the
 quickstart's one small base ships in the package, :mod:`fedtune.models.builtin_bases`).
 
 ``fedtune bench pretrain`` copies a committed base into the workspace when its report has
@@ -65,9 +66,11 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
         warmup_steps=100,
         max_seq_len=256,
     ),
-    # The six layers for 5,000 steps; 234 s (the first to be cut by a time limit). Eight
-    # length-sorted passes per step: the same gradient, 1.6 s a step on one CPU thread instead
-    # of 4.5 s (a batch of the corpus is 39 % records and 61 % padding in one pass).
+    # The six layers for 5,000 steps; 234 s on the H200 (the first to be cut by a time
+    # limit). Eight length-sorted passes per step: the same gradient, 1.6 s a step on one CPU
+    # thread instead of 4.5 s (a batch of the corpus is 39 % records and 61 % padding in one
+    # pass). The default "large" since it was pretrained on this 2-core CPU machine, one
+    # thread: test EM 0.56 (look-up 0.90, reversal 0.60), committed in benchmarks/bases/large.
     "large-h192l6-5k": PretrainSpec(
         shape=_SIX,
         steps=5000,
@@ -77,8 +80,9 @@ LARGE_CANDIDATES: Final[dict[str, PretrainSpec]] = {
         max_seq_len=256,
         micro_batches=8,
     ),
-    # Within an hour of one CPU thread (the budget when no GPU is lent): the default's
-    # four layers for 5,000 steps instead of 1,500, and six layers of the same width.
+    # Within an hour of one CPU thread (the budget when no GPU is lent): the earlier default's
+    # four layers for 5,000 steps instead of 1,500 (committed in benchmarks/bases/
+    # large-h128l4-5k, test EM 0.287), and six layers of the same width.
     "large-h128l4-5k": PretrainSpec(shape=_NARROW, steps=5000, warmup_steps=100),
     "large-h128l6-3500": PretrainSpec(
         shape=replace(_NARROW, num_layers=6),
