@@ -117,17 +117,18 @@ def committed_base(
     differs in ``root/name`` when that folder holds a base."""
     base = root or COMMITTED_BASES
     want = spec_hash(spec, corpus)
+
+    def matches(found: dict[str, Any] | None) -> bool:
+        return found is not None and (found.get("spec_hash"), found.get("corpus_sha256")) == (want, corpus)
+
     named = base / name
+    report = _report(named)
+    if matches(report):
+        return named
     others = sorted(p for p in base.iterdir() if p.is_dir() and p != named) if base.is_dir() else []
-    reports = {folder: _report(folder) for folder in (named, *others) if folder.is_dir()}
-    for folder, report in reports.items():
-        if report is not None and report.get("spec_hash") == want and (
-            report.get("corpus_sha256") == corpus
-        ):
-            return folder
-    report = reports.get(named)
-    if report is None:
-        return None
+    found = next((folder for folder in others if matches(_report(folder))), None)
+    if found is not None or report is None:
+        return found
     if report.get("corpus_sha256") != corpus:
         logger.warning(
             "committed base %s ignored: pretrained on corpus %.12s, this suite's is %.12s",
