@@ -39,6 +39,8 @@ def test_fedmkt_comparison_scores_the_llm_and_every_tenants_small_model(ci_works
     } <= claims
     markdown = (ci_workspace / "quality" / "results.md").read_text()
     assert "| fedmkt@llm_frozen=true |" in markdown and "SLM EM tenant-1" in markdown
+    # Whether what the LLM knows reaches the SLMs: their mean EM per category.
+    assert "Per category: the SLMs' mean EM" in markdown
 
 
 def test_fedmkt_comparison_refuses_the_fewshot_split(ci_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
 from fedtune.benchmarks.peer import FLOOR
+from fedtune.benchmarks.per_model import mean_std, per_model_lines
 from fedtune.benchmarks.premises import premise_lines
 from fedtune.benchmarks.suite import recorded_constant_answers
 from fedtune.benchmarks.synthesis_steps import synthesis_lines
@@ -43,12 +44,6 @@ _KEPT: Final = "clients/fewfedpit/kept"
 _LEAKAGE: Final = ("leakage", "leakage/reproduced")
 _ADAPEMU: Final = "adapemu/em"
 _EPSILON: Final = "dp/epsilon"
-
-
-def _pm(stats: Mapping[str, float], digits: int = 3) -> str:
-    if stats["n"] < 2:
-        return f"{stats['mean']:.{digits}f}"
-    return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f}"
 
 
 def quality_markdown(results: Mapping[str, Any]) -> str:
@@ -97,21 +92,21 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
         cells = [
             row["method"],
             str(int(metrics["em"]["n"])),
-            _pm(metrics["em"]),
-            _pm(metrics["local_em"]),
-            _pm(row["best_em"]),
+            mean_std(metrics["em"]),
+            mean_std(metrics["local_em"]),
+            mean_std(row["best_em"]),
             *(f"{metrics[f'em/{c}']['mean']:.2f}" for c in categories),
-            _pm(metrics["rouge_l"]) if "rouge_l" in metrics else "-",
-            _pm(metrics["test_loss"]),
-            *([_pm(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
-            *([_pm(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
+            mean_std(metrics["rouge_l"]) if "rouge_l" in metrics else "-",
+            mean_std(metrics["test_loss"]),
+            *([mean_std(metrics["small/em"]) if "small/em" in metrics else "-"] if small else []),
+            *([mean_std(metrics[k]) if k in metrics else "-" for k in _LEAKAGE] if leakage else []),
             *([_synthetic(metrics)] if synthetic else []),
-            *([_pm(metrics[_ADAPEMU]) if _ADAPEMU in metrics else "-"] if adapemu else []),
+            *([mean_std(metrics[_ADAPEMU]) if _ADAPEMU in metrics else "-"] if adapemu else []),
             *([_epsilon(metrics)] if private else []),
             f"{row['seconds']:.0f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += _per_model_lines(results)
+    lines += per_model_lines(results)
     lines += synthesis_lines(results)
     lines += _selection_lines(results)
     claims = evaluate_claims(results["runs"], constant_em=constant_em)
@@ -154,52 +149,6 @@ def _selection_lines(results: Mapping[str, Any]) -> list[str]:
                 f"| {name} | {point['label']} | {point['n']} | {point['val_em']:.3f} | "
                 f"{point['val_loss']:.3f} | {point['test_em']:.3f} | {mark} |"
             )
-    return lines
-
-
-def _per_model_lines(results: Mapping[str, Any]) -> list[str]:
-    """FedMKT's per-model table: the LLM's EM and each tenant's small model's ("-": the method
-    has no such model), when the results name models (``llm/em``, ``slm/em/<tenant>``)."""
-    table = results["table"]
-    if not any("slm/em" in row["metrics"] for row in table):
-        return []
-    tenants = sorted(
-        {k.split("/", 2)[2] for row in table for k in row["metrics"] if k.startswith("slm/em/")}
-    )
-    keys = ["llm/em", "slm/em", "slm/local_em", *(f"slm/em/{t}" for t in tenants)]
-    lines = [
-        "",
-        "Per model: the LLM (the benchmark's model) and the tenants' small models, each scored "
-        "on the test set; SLM = mean over tenants, SLM local = each on its own tenant's task mix.",
-        "",
-        "| method | LLM EM | SLM EM | SLM local EM | " + " | ".join(f"SLM EM {t}" for t in tenants) + " |",
-        "|---|" + "---:|" * len(keys),
-    ]
-    for row in table:
-        metrics = row["metrics"]
-        cells = [_pm(metrics[k]) if k in metrics else "-" for k in keys]
-        lines.append(f"| {row['method']} | " + " | ".join(cells) + " |")
-    return lines + _tenant_model_lines(results)
-
-
-def _tenant_model_lines(results: Mapping[str, Any]) -> list[str]:
-    """Which small model each tenant has, when tenants' models differ (``tenant_models``)."""
-    models = results.get("tenant_models")
-    if not models:
-        return []
-    lines = [
-        "",
-        "Each tenant's own small model (pretrained from scratch on the suite's pretraining "
-        "corpus with its own tokenizer):",
-        "",
-        "| tenant | model | architecture | layers x width | tokenizer | vocabulary | parameters |",
-        "|---|---|---|---:|---|---:|---:|",
-    ]
-    for tenant, m in sorted(models.items()):
-        lines.append(
-            f"| {tenant} | {m['model']} | {m['arch']} | {m['layers']} x {m['hidden']} | "
-            f"{m['tokenizer']} | {m['vocab_size']:,} | {m['parameters']:,} |"
-        )
     return lines
 
 
