@@ -13,8 +13,10 @@ from fedtune.benchmarks.claims import LOWER_IS_BETTER, PAPER_CLAIMS, Claim, eval
 from fedtune.benchmarks.premises import (
     LARGE_KNOWS_MORE,
     MIN_LARGE_EM,
+    MIN_TEACH_EM,
     SMALL_CANNOT_EM,
     SYNTHETIC_USED,
+    TENANTS_TEACH,
     measure,
     premise_of,
 )
@@ -27,6 +29,8 @@ PREMISED = [c for c in PAPER_CLAIMS if c.premises]
 # What always giving each category's most common answer scores on the runs' test set.
 CONSTANT = {"arithmetic": 0.05, "count": 0.3}
 UNPREMISED = [c for c in PAPER_CLAIMS if not c.premises]
+# The categories the runs' public set holds records of.
+PUBLIC = ("arithmetic", "count")
 
 
 def _run(runs: Runs, method: str, seed: int | None, rounds: int = 2) -> dict[str, Any]:
@@ -51,6 +55,14 @@ def _zero_shot(runs: Runs, large: float, large_arithmetic: float, small: float =
     for seed in range(len(GAINS)):
         first = _run(runs, "fedavg-small", seed)["rounds"][0]
         first.update({"em": small, "em/arithmetic": 0.0, "em/count": 0.2})
+
+
+def _tenants_own(runs: Runs, count: float) -> None:
+    """The tenants' own trained models (standalone-small): ``count`` EM in count, where the
+    zero-shot LLM scores 0.1, and none in arithmetic."""
+    for seed in range(len(GAINS)):
+        last = _run(runs, "standalone-small", seed)["rounds"][-1]
+        last.update({"slm/category_em/count": count, "slm/category_em/arithmetic": 0.0})
 
 
 def _synthetic(runs: Runs, steps_with_synthetic: int) -> None:
@@ -78,41 +90,50 @@ def _claim_runs(claim: Claim, premise: str) -> list[dict[str, Any]]:
         _run(runs, claim.better, seed)["rounds"][-1][claim.metric] = base - delta if lower else base + delta
     if premise != "absent":
         _synthetic(runs, 8 if premise == "holds" else 2)
+        _tenants_own(runs, 0.1 + MIN_TEACH_EM if premise == "holds" else 0.1)
     return list(runs.values())
 
 
 @pytest.mark.parametrize("claim", PREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
 def test_a_claim_gets_a_verdict_only_where_its_premise_holds(claim: Claim) -> None:
-    (held,) = evaluate_claims(_claim_runs(claim, "holds"), [claim], constant_em=CONSTANT)
+    (held,) = evaluate_claims(_claim_runs(claim, "holds"), [claim], constant_em=CONSTANT, public_categories=PUBLIC)
     assert held["verdict"] == held["interval_verdict"] == "reproduces"
     assert set(held["premises"].values()) == {"holds"}
 
-    (false,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT)
+    (false,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT, public_categories=PUBLIC)
     assert false["verdict"].startswith("no verdict: premise false (")
     assert false["interval_verdict"] == "reproduces"
     # The interval is still reported, the same as where the premise holds.
     assert (false["low"], false["high"]) == pytest.approx((held["low"], held["high"]))
     # 5 seeds x 2 rounds x 10 client steps of the one FewFedPIT method, 2 of 10 with synthetic.
-    expected = {LARGE_KNOWS_MORE: "(large zero-shot EM 0.200 vs small 0.100", SYNTHETIC_USED: "(20 of 100 client steps used"}
+    expected = {
+        LARGE_KNOWS_MORE: "(large zero-shot EM 0.200 vs small 0.100",
+        SYNTHETIC_USED: "(20 of 100 client steps used",
+        TENANTS_TEACH: "the tenants' models beat the LLM in no category",
+    }
     for name in claim.premises:
         assert expected[name] in false["verdict"]
 
-    (unknown,) = evaluate_claims(_claim_runs(claim, "absent"), [claim], constant_em=CONSTANT)
+    (unknown,) = evaluate_claims(_claim_runs(claim, "absent"), [claim], constant_em=CONSTANT, public_categories=PUBLIC)
     assert unknown["verdict"] == "no verdict: premise not measured"
     assert (unknown["low"], unknown["high"]) == pytest.approx((held["low"], held["high"]))
 
 
 @pytest.mark.parametrize("claim", UNPREMISED, ids=lambda c: f"{c.text} [{c.source[:20]}]")
 def test_a_claim_resting_on_no_premise_ignores_them(claim: Claim) -> None:
-    (result,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT)
+    (result,) = evaluate_claims(_claim_runs(claim, "fails"), [claim], constant_em=CONSTANT, public_categories=PUBLIC)
     assert result["verdict"] == result["interval_verdict"] == "reproduces"
     assert result["premises"] == {}
 
 
 def test_the_papers_that_assume_a_setting_have_claims_resting_on_it() -> None:
     sources = {name: {c.source.split(" ")[0] for c in PAPER_CLAIMS if name in c.premises}
-               for name in (LARGE_KNOWS_MORE, SYNTHETIC_USED)}
-    assert sources == {LARGE_KNOWS_MORE: {"FedPT", "FedMKT"}, SYNTHETIC_USED: {"FewFedPIT"}}
+               for name in (LARGE_KNOWS_MORE, SYNTHETIC_USED, TENANTS_TEACH)}
+    assert sources == {
+        LARGE_KNOWS_MORE: {"FedPT", "FedMKT"}, SYNTHETIC_USED: {"FewFedPIT"}, TENANTS_TEACH: {"FedMKT"},
+    }
+    # Only FedMKT's LLM-side claims rest on what the tenants teach; its SLM-side ones do not.
+    assert {c.metric for c in PAPER_CLAIMS if TENANTS_TEACH in c.premises} == {"llm/em"}
     # beta = 1 uploads the private parameters bit for bit: no synthetic data involved.
     assert premise_of("fewfedpit@beta=1") is None and premise_of("fewfedpit") == SYNTHETIC_USED
 
@@ -219,8 +240,8 @@ def test_synthetic_data_used_by_most_client_steps(with_synthetic: int, status: s
     assert measure(list(runs.values()))[SYNTHETIC_USED].status == "not measured"
 
 
-def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
-    claim = next(c for c in PAPER_CLAIMS if c.better == "fedpt" and c.worse == "fedavg-small")
+def _failing_markdown(claim: Claim, suite: dict[str, Any]) -> str:
+    """The quality Markdown of runs where ``claim``'s premises fail, on ``suite``."""
     runs = _claim_runs(claim, "fails")
     for run in runs:
         for row in run["rounds"]:
@@ -228,12 +249,17 @@ def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
             row.update({"local_em": row["em"], "test_loss": 1.0, "em/arithmetic": row["em"]})
     results = {
         "spec": {"rounds": 1, "seeds": list(range(len(GAINS)))},
-        "suite": {"test": {"records": 30, "constant_answer_em": CONSTANT}},
+        "suite": suite,
         "categories": ["arithmetic"],
         "runs": runs,
         "table": summarize(runs),
     }
-    text = quality_markdown(results)
+    return quality_markdown(results)
+
+
+def test_the_premise_is_printed_above_the_table_with_its_numbers() -> None:
+    claim = next(c for c in PAPER_CLAIMS if c.better == "fedpt" and c.worse == "fedavg-small")
+    text = _failing_markdown(claim, {"test": {"records": 30, "constant_answer_em": CONSTANT}})
     premise = text.index("Premise (large model knows more): **fails**. Large zero-shot EM 0.200 vs small 0.100")
     assert premise < text.index("| method |")
     assert "| no verdict: premise false (large zero-shot EM 0.200 vs small 0.100) |" in text
@@ -263,3 +289,71 @@ def test_heterogeneous_small_models_are_read_per_category_by_their_mean(
     assert premise.status == status, premise.detail
     assert f"arithmetic 0.90 vs {mean:.2f}" in premise.detail
     assert "t0" not in premise.detail
+
+
+def _teach_runs(llm: dict[str, float], tenants: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """A zero-shot LLM with ``llm`` EM per category, and standalone-small seeds whose final
+    rounds give the tenants' models ``tenants[seed]`` per category."""
+    runs: Runs = {}
+    (zero,) = _run(runs, "zero-shot", None, rounds=1)["rounds"]
+    zero.update({"em": 0.5, "llm/em": 0.5, **{f"em/{c}": v for c, v in llm.items()}})
+    for seed, own in enumerate(tenants):
+        last = _run(runs, "standalone-small", seed)["rounds"][-1]
+        last.update({f"slm/category_em/{c}": v for c, v in own.items()})
+    return list(runs.values())
+
+
+CATEGORIES = ("arithmetic", "classify", "count", "lookup", "reverse")
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("in_public", [True, False])
+@pytest.mark.parametrize(("above", "beats"), [(MIN_TEACH_EM, True), (MIN_TEACH_EM - 0.01, False)])
+def test_tenants_teach_only_where_they_beat_the_llm_in_a_category_of_the_public_set(
+    category: str, in_public: bool, above: float, beats: bool
+) -> None:
+    """For every category: the premise holds exactly when the tenants' own models beat the
+    zero-shot LLM there by MIN_TEACH_EM (mean over seeds) and the public set holds it."""
+    llm = dict.fromkeys(CATEGORIES, 0.4)
+    # Two seeds whose mean is ``above`` over the LLM; every other category below it.
+    tenants = [
+        {**dict.fromkeys(CATEGORIES, 0.2), category: 0.4 + above + delta} for delta in (-0.02, 0.02)
+    ]
+    public = [c for c in CATEGORIES if c != category or in_public]
+    premise = measure(_teach_runs(llm, tenants), [TENANTS_TEACH], public_categories=public)[TENANTS_TEACH]
+    assert premise.status == ("holds" if beats and in_public else "fails"), premise.detail
+    if beats and not in_public:
+        assert premise.numbers == f"tenants beat the LLM only on {category}, which the public set lacks"
+        assert f"{category} {0.4 + above:.2f} vs 0.40 (not in the public set)" in premise.detail
+    if not beats:
+        assert premise.numbers == "the tenants' models beat the LLM in no category"
+
+
+def test_tenants_teach_is_not_measured_without_the_public_set_or_the_tenants_own_models() -> None:
+    runs = _teach_runs({"count": 0.0}, [{"count": 0.5}])
+    assert measure(runs, [TENANTS_TEACH])[TENANTS_TEACH].status == "not measured"
+    no_own = _teach_runs({"count": 0.0}, [])
+    premise = measure(no_own, [TENANTS_TEACH], public_categories=["count"])[TENANTS_TEACH]
+    assert premise.status == "not measured"
+    assert "standalone-small" in premise.detail
+
+
+def test_the_public_sets_categories_are_those_it_holds_records_of() -> None:
+    from fedtune.benchmarks.suite import recorded_public_categories
+
+    counts = {"arithmetic": 270, "count": 0, "lookup": 180}
+    results = {"suite": {"public": {"category_counts": counts, "records": 450}}}
+    assert recorded_public_categories(results) == ["arithmetic", "lookup"]
+    assert recorded_public_categories({"suite": {}}) is None
+    assert recorded_public_categories({}) is None
+
+
+def test_fedmkts_llm_side_premise_is_printed_above_the_table() -> None:
+    claim = next(c for c in PAPER_CLAIMS if c.better == "fedmkt" and c.metric == "llm/em")
+    text = _failing_markdown(claim, {
+        "test": {"records": 30, "constant_answer_em": CONSTANT},
+        "public": {"category_counts": {"arithmetic": 10, "count": 5}, "records": 15},
+    })
+    line = text.index(f"Premise ({TENANTS_TEACH}): **fails**. The tenants' models beat the LLM in no category")
+    assert line < text.index("| method |")
+    assert "no verdict: premise false (" in text

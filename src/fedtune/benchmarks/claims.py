@@ -23,7 +23,8 @@ is better), and ``m`` the claim's margin:
   difference is within ``t`` still reproduces: it is exact, not statistical).
 
 **Premises** (:mod:`fedtune.benchmarks.premises`). A claim about a method whose paper assumes
-a setting (FedPT and FedMKT: a large model that knows more; FewFedPIT: synthetic data used)
+a setting (FedPT and FedMKT: a large model that knows more; FedMKT's LLM-side claims also:
+tenants that know what the LLM does not, on public data; FewFedPIT: synthetic data used)
 gets ``no verdict: premise false (numbers)`` where the runs show that setting absent, and
 ``no verdict: premise not measured`` where they do not record it; its interval is still
 reported, and the rule's verdict kept as ``interval_verdict``.
@@ -31,12 +32,12 @@ reported, and the rule's verdict kept as ``interval_verdict``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from fedtune.benchmarks.paired import paired_difference
-from fedtune.benchmarks.premises import Premise, measure, premise_of
+from fedtune.benchmarks.premises import Premise, measure, premises_of
 
 __all__ = ["PAPER_CLAIMS", "Claim", "evaluate_claims", "final_values", "premised_verdict", "verdict"]
 
@@ -74,10 +75,10 @@ class Claim:
 
     @property
     def premises(self) -> tuple[str, ...]:
-        """The premises the claim rests on: those of its two methods
-        (:func:`fedtune.benchmarks.premises.premise_of`)."""
-        found = (premise_of(self.better), premise_of(self.worse))
-        return tuple(dict.fromkeys(p for p in found if p is not None))
+        """The premises the claim rests on: those of its two methods on its metric
+        (:func:`fedtune.benchmarks.premises.premises_of`)."""
+        found = (*premises_of(self.better, self.metric), *premises_of(self.worse, self.metric))
+        return tuple(dict.fromkeys(found))
 
 
 PAPER_CLAIMS: Final[tuple[Claim, ...]] = (
@@ -230,14 +231,16 @@ def evaluate_claims(
     claims: Sequence[Claim] = PAPER_CLAIMS,
     *,
     constant_em: Mapping[str, float] | None = None,
+    public_categories: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Check every claim whose two methods are among ``runs`` (a quality benchmark's
     ``runs``) with its metric. ``difference`` is better's minus worse's mean over the paired
-    seeds, in the metric's units, with its 95% interval ``low``..``high``. ``constant_em``:
-    the test set's constant-answer EM per category, which the premises read
+    seeds, in the metric's units, with its 95% interval ``low``..``high``. ``constant_em``
+    (the test set's constant-answer EM per category) and ``public_categories`` (the
+    categories the public set holds) are what the premises read besides the runs
     (:func:`fedtune.benchmarks.premises.measure`)."""
     out = []
-    premises = measure(runs, constant_em=constant_em)
+    premises = measure(runs, constant_em=constant_em, public_categories=public_categories)
     for claim in claims:
         paired = paired_difference(
             final_values(runs, claim.better, claim.metric),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fedtune.benchmarks.claims import evaluate_claims
-from fedtune.benchmarks.suite import recorded_constant_answers
+from fedtune.benchmarks.suite import recorded_constant_answers, recorded_public_categories
 
 __all__ = ["QualityBlock", "claims_summary_markdown", "quality_blocks"]
 
@@ -74,7 +74,9 @@ def claims_summary_markdown(blocks: Sequence[QualityBlock], root: Path) -> str:
     for block in blocks:
         results = json.loads((root / block.path).read_text("utf-8"))
         constant_em = recorded_constant_answers(results)
-        for claim in evaluate_claims(results.get("runs") or [], constant_em=constant_em):
+        public = recorded_public_categories(results)
+        runs = results.get("runs") or []
+        for claim in evaluate_claims(runs, constant_em=constant_em, public_categories=public):
             # "no verdict: premise false (numbers)" counts as one kind, whatever the numbers.
             kind = claim["verdict"].split(" (", 1)[0]
             counts[kind] = counts.get(kind, 0) + 1

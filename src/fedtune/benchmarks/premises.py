@@ -13,6 +13,13 @@ verdict, and each table prints its premise with the numbers above it.
   a model that always answers "fruit" gets 0.47 on the default test set's classify. The
   small model cannot do a category when its EM is at most :data:`SMALL_CANNOT_EM` above the
   constant answer's; the large one can when its EM is at least :data:`MIN_LARGE_EM` above.
+- **The tenants teach the LLM something, on public data** (FedMKT, paper 003, Section 3:
+  the LLM learns from the tenants' models only through their knowledge on the public set).
+  The LLM-side claims (``llm/em``) need the tenants' own models to know something the LLM
+  does not, in a category the public set holds records of: there, the tenants' trained small
+  models (``standalone-small``'s final round, ``slm/category_em/<category>``, mean over
+  seeds) must score at least :data:`MIN_TEACH_EM` above the LLM's zero-shot EM. Where they
+  beat it only in categories the public set lacks, nothing the LLM could learn crosses.
 - **Synthetic data is used** (FewFedPIT, paper 004: its privacy and utility come from the
   public parameters trained on synthetic data). Holds when more than :data:`MIN_SYNTHETIC_SHARE`
   of the client steps of its runs (beta < 1) used at least one synthetic example.
@@ -32,7 +39,8 @@ step trained on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -44,16 +52,20 @@ __all__ = [
     "MIN_LARGE_EM",
     "MIN_RATIO",
     "MIN_SYNTHETIC_SHARE",
+    "MIN_TEACH_EM",
     "SMALL_CANNOT_EM",
     "SYNTHETIC_USED",
+    "TENANTS_TEACH",
     "Premise",
     "measure",
     "premise_lines",
     "premise_of",
+    "premises_of",
 ]
 
 LARGE_KNOWS_MORE: Final = "large model knows more"
 SYNTHETIC_USED: Final = "synthetic data used"
+TENANTS_TEACH: Final = "tenants know what the LLM does not, on public data"
 #: The large model's zero-shot EM must reach this overall, and be this far above the
 #: constant answer's in a category small cannot do.
 MIN_LARGE_EM: Final = 0.25
@@ -62,6 +74,9 @@ MIN_RATIO: Final = 2.0
 #: A category the small model "cannot do": its zero-shot EM there is at most this above the
 #: constant answer's.
 SMALL_CANNOT_EM: Final = 0.05
+#: The tenants' trained models beat the LLM's zero-shot EM by at least this in some category
+#: of the public set.
+MIN_TEACH_EM: Final = 0.05
 #: "Most client steps": more than this share used at least one synthetic example.
 MIN_SYNTHETIC_SHARE: Final = 0.5
 
@@ -73,11 +88,24 @@ _FAMILY_PREMISE: Final[dict[str, str]] = {
     "fedmkt": LARGE_KNOWS_MORE,
     "fewfedpit": SYNTHETIC_USED,
 }
+#: Premises that only claims on one metric of an algorithm rest on (the algorithm, the metric).
+_METRIC_PREMISE: Final[dict[tuple[str, str], str]] = {("fedmkt", "llm/em"): TENANTS_TEACH}
 _SMALL_RUNS: Final = ("fedavg-small", "standalone-small")
+# What the tenants' data teaches their own models, without the LLM.
+_TENANTS_OWN: Final = "standalone-small"
 # The zero-shot run's small models' mean EM per category (quality._category_means).
 _SMALL_CATEGORY: Final = "slm/category_em/"
 
 Status = Literal["holds", "fails", "not measured"]
+
+
+@dataclass(frozen=True)
+class _Suite:
+    """What the premises read about the suite besides the runs: the test set's constant-answer
+    EM per category and the categories the public set holds records of (None: not recorded)."""
+
+    constant_em: Mapping[str, float] | None
+    public_categories: Collection[str] | None
 
 
 @dataclass(frozen=True)
@@ -107,6 +135,13 @@ def premise_of(method: str) -> str | None:
         if float(beta) == 1.0:
             return None
     return _FAMILY_PREMISE.get(parsed.algorithm)
+
+
+def premises_of(method: str, metric: str) -> tuple[str, ...]:
+    """The premises a claim on ``metric`` about ``method`` rests on: the method's
+    (:func:`premise_of`) and those of that metric of its algorithm (FedMKT's ``llm/em``)."""
+    found = [premise_of(method), _METRIC_PREMISE.get((parse_method(method).algorithm, metric))]
+    return tuple(p for p in found if p is not None)
 
 
 def _first(runs: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> Mapping[str, Any] | None:
@@ -149,9 +184,8 @@ def _zero_shot_em(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], 
     return large, small
 
 
-def _large_knows_more(
-    runs: Sequence[Mapping[str, Any]], constant: Mapping[str, float] | None
-) -> Premise:
+def _large_knows_more(runs: Sequence[Mapping[str, Any]], suite: _Suite) -> Premise:
+    constant = suite.constant_em
     large, small = _zero_shot_em(runs)
     if "" not in large or "" not in small:
         missing = " and ".join(n for n, d in (("large", large), ("small", small)) if "" not in d)
@@ -192,8 +226,46 @@ def _large_knows_more(
     return Premise(LARGE_KNOWS_MORE, status, numbers, f"{overall} ({bar}); {per_category}.")
 
 
-def _synthetic_used(runs: Sequence[Mapping[str, Any]], constant: Mapping[str, float] | None) -> Premise:
-    del constant  # not a per-category premise
+def _tenants_teach(runs: Sequence[Mapping[str, Any]], suite: _Suite) -> Premise:
+    large, _ = _zero_shot_em(runs)
+    own = [r["rounds"][-1] for r in runs if r["method"] == _TENANTS_OWN and r["rounds"]]
+    categories = sorted(
+        c for c in large if c and own and all(f"{_SMALL_CATEGORY}{c}" in last for last in own)
+    )
+    if suite.public_categories is None or not categories:
+        missing = "the public set's categories" if suite.public_categories is None else (
+            f"the LLM's zero-shot and the tenants' own models' ({_TENANTS_OWN}) EM per category"
+        )
+        return Premise(
+            TENANTS_TEACH, "not measured", f"{missing} not recorded",
+            f"These runs do not record {missing}.",
+        )
+    tenants = {c: statistics.fmean(last[f"{_SMALL_CATEGORY}{c}"] for last in own) for c in categories}
+    public = set(suite.public_categories)
+    # EMs are shares of a few dozen records: a mean that meets the bar up to rounding meets it.
+    teach = [c for c in categories if tenants[c] - large[c] >= MIN_TEACH_EM - 1e-9]
+    crossing = [c for c in teach if c in public]
+    status: Status = "holds" if crossing else "fails"
+    per = ", ".join(
+        f"{c} {tenants[c]:.2f} vs {large[c]:.2f}{'' if c in public else ' (not in the public set)'}"
+        for c in categories
+    )
+    if crossing:
+        numbers = f"tenants beat the LLM on public-set categories {', '.join(crossing)}"
+    elif teach:
+        numbers = f"tenants beat the LLM only on {', '.join(teach)}, which the public set lacks"
+    else:
+        numbers = "the tenants' models beat the LLM in no category"
+    return Premise(
+        TENANTS_TEACH, status, numbers,
+        f"{numbers}. Per category, the tenants' own trained models ({_TENANTS_OWN}, final round, "
+        f"mean over seeds) vs the LLM's zero-shot EM: {per}; needs ≥ {MIN_TEACH_EM:g} above "
+        "the LLM in a category the public set holds.",
+    )
+
+
+def _synthetic_used(runs: Sequence[Mapping[str, Any]], suite: _Suite) -> Premise:
+    del suite  # not a per-category premise
     fewfedpit = [r for r in runs if premise_of(r["method"]) == SYNTHETIC_USED]
     unrecorded = sum(1 for r in fewfedpit if not r.get("synthesis_steps"))
     if not fewfedpit or unrecorded:
@@ -215,7 +287,11 @@ def _synthetic_used(runs: Sequence[Mapping[str, Any]], constant: Mapping[str, fl
     )
 
 
-_MEASURE: Final = {LARGE_KNOWS_MORE: _large_knows_more, SYNTHETIC_USED: _synthetic_used}
+_MEASURE: Final = {
+    LARGE_KNOWS_MORE: _large_knows_more,
+    TENANTS_TEACH: _tenants_teach,
+    SYNTHETIC_USED: _synthetic_used,
+}
 
 
 def measure(
@@ -223,17 +299,29 @@ def measure(
     names: Sequence[str] = tuple(_MEASURE),
     *,
     constant_em: Mapping[str, float] | None = None,
+    public_categories: Collection[str] | None = None,
 ) -> dict[str, Premise]:
     """Each premise of ``names`` as measured on ``runs`` (a quality benchmark's ``runs``),
     with ``constant_em`` the test set's constant-answer EM per category
     (:func:`fedtune.benchmarks.suite.recorded_constant_answers`; without it no category is
-    read and the large-model premise is at best "not measured")."""
-    return {name: _MEASURE[name](runs, constant_em) for name in names}
+    read and the large-model premise is at best "not measured") and ``public_categories``
+    the categories the public set holds
+    (:func:`fedtune.benchmarks.suite.recorded_public_categories`; without it the tenants-teach
+    premise is "not measured")."""
+    suite = _Suite(constant_em, public_categories)
+    return {name: _MEASURE[name](runs, suite) for name in names}
 
 
 def premise_lines(
-    runs: Sequence[Mapping[str, Any]], *, constant_em: Mapping[str, float] | None = None
+    runs: Sequence[Mapping[str, Any]],
+    *,
+    constant_em: Mapping[str, float] | None = None,
+    public_categories: Collection[str] | None = None,
 ) -> list[str]:
-    """The line of every premise a method of ``runs`` rests on, in a fixed order."""
-    names = [n for n in _MEASURE if any(premise_of(r["method"]) == n for r in runs)]
-    return [p.line for p in measure(runs, names, constant_em=constant_em).values()]
+    """The line of every premise a claim about a method of ``runs`` can rest on, in a fixed
+    order."""
+    metrics = {m for _, m in _METRIC_PREMISE}
+    found = {p for r in runs for m in (*metrics, "em") for p in premises_of(r["method"], m)}
+    names = [n for n in _MEASURE if n in found]
+    measured = measure(runs, names, constant_em=constant_em, public_categories=public_categories)
+    return [p.line for p in measured.values()]

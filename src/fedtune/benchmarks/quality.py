@@ -76,6 +76,7 @@ from fedtune.benchmarks.suite import (
     load_manifest,
     read_set,
     recorded_constant_answers,
+    recorded_public_categories,
 )
 from fedtune.benchmarks.synthesis_steps import synthesis_steps
 from fedtune.benchmarks.workspace import Workspace
@@ -813,7 +814,11 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
         "categories": sorted(k.split("/", 1)[1] for k in bench.zero_shot if k.startswith("em/")),
         "runs": runs,
         "table": table,
-        "claims": evaluate_claims(runs, constant_em=suite["test"]["constant_answer_em"]),
+        "claims": evaluate_claims(
+            runs,
+            constant_em=suite["test"]["constant_answer_em"],
+            public_categories=recorded_public_categories({"suite": suite}),
+        ),
         "selection": selection,
     }
 
@@ -858,7 +863,11 @@ def merge_results(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
     merged["runs"] = sorted(runs.values(), key=lambda r: (r["seed"] is not None, r["seed"] or 0))
     merged["table"] = summarize(merged["runs"])
-    merged["claims"] = evaluate_claims(merged["runs"], constant_em=recorded_constant_answers(merged))
+    merged["claims"] = evaluate_claims(
+        merged["runs"],
+        constant_em=recorded_constant_answers(merged),
+        public_categories=recorded_public_categories(merged),
+    )
     return merged
 
 

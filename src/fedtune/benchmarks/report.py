@@ -16,7 +16,7 @@ from fedtune.benchmarks.claims import evaluate_claims
 from fedtune.benchmarks.peer import FLOOR
 from fedtune.benchmarks.per_model import mean_std, per_model_lines
 from fedtune.benchmarks.premises import premise_lines
-from fedtune.benchmarks.suite import recorded_constant_answers
+from fedtune.benchmarks.suite import recorded_constant_answers, recorded_public_categories
 from fedtune.benchmarks.synthesis_steps import synthesis_lines
 
 __all__ = [
@@ -63,7 +63,8 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     # The premises the table's paper claims rest on, with their numbers, above it; the claims
     # below read the same constant-answer EM.
     constant_em = recorded_constant_answers(results)
-    premises = premise_lines(results["runs"], constant_em=constant_em)
+    public = recorded_public_categories(results)
+    premises = premise_lines(results["runs"], constant_em=constant_em, public_categories=public)
     lines = [
         *(premises + [""] if premises else []),
         (
@@ -109,7 +110,7 @@ def quality_markdown(results: Mapping[str, Any]) -> str:
     lines += per_model_lines(results)
     lines += synthesis_lines(results)
     lines += _selection_lines(results)
-    claims = evaluate_claims(results["runs"], constant_em=constant_em)
+    claims = evaluate_claims(results["runs"], constant_em=constant_em, public_categories=public)
     if claims:
         lines += [
             "",

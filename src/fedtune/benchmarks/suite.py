@@ -57,6 +57,7 @@ __all__ = [
     "load_manifest",
     "read_set",
     "recorded_constant_answers",
+    "recorded_public_categories",
     "write_files",
     "write_suite",
 ]
@@ -202,6 +203,15 @@ def recorded_constant_answers(results: Mapping[str, Any]) -> dict[str, float] | 
     if not digest or not suite.get("spec"):
         return None
     return _rebuilt_constant_answers(json.dumps(suite["spec"], sort_keys=True), digest)
+
+
+def recorded_public_categories(results: Mapping[str, Any]) -> list[str] | None:
+    """The categories the public set holds records of, as a quality results file records it
+    (``suite.public.category_counts``); None when not recorded."""
+    counts = ((results.get("suite") or {}).get("public") or {}).get("category_counts")
+    if counts is None:
+        return None
+    return sorted(c for c, n in counts.items() if n > 0)
 
 
 @functools.lru_cache(maxsize=8)
