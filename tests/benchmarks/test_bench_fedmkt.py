@@ -37,7 +37,14 @@ def test_fedmkt_comparison_scores_the_llm_and_every_tenants_small_model(ci_works
         "slm/em: fedmkt > fedmkt@llm_frozen=true", "llm/em: fedmkt >= centralized - 0.05",
         "slm/em: fedmkt@fedavg_small=true > fedavg-small",
     } <= claims
+    # The public set is drawn from the tenants' distribution (the paper's split), recorded
+    # with the results, and the LLM-side premise reads it.
+    public = results["suite"]["public"]
+    assert public["drawn_from"] == "tenant_mixture" and public["category_counts"]["count"] > 0
+    drawn = ci_workspace / "suite" / "tenant-public" / "public.jsonl"
+    assert sum(public["category_counts"].values()) == len(drawn.read_text().splitlines())
     markdown = (ci_workspace / "quality" / "results.md").read_text()
+    assert "Premise (tenants know what the LLM does not, on public data)" in markdown
     assert "| fedmkt@llm_frozen=true |" in markdown and "SLM EM tenant-1" in markdown
     # Whether what the LLM knows reaches the SLMs: their mean EM per category.
     assert "Per category: the SLMs' mean EM" in markdown

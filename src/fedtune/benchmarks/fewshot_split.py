@@ -19,20 +19,12 @@ longer match their sha256 is an error.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fedtune.benchmarks.suite import (
-    MANIFEST,
-    describe_set,
-    digests,
-    load_manifest,
-    write_files,
-)
-from fedtune.core.errors import DataError
+from fedtune.benchmarks.suite import describe_set, digests, ensure_drawn, load_manifest
 from fedtune.data.fewshot import fewshot_clusters
 from fedtune.data.jsonl import read_jsonl, write_jsonl
 
@@ -103,20 +95,15 @@ def ensure_fewshot_split(suite_dir: str | Path, spec: FewShotSpec) -> tuple[Path
     root = Path(suite_dir)
     pool_sha256 = load_manifest(root)["files"][_POOL]
     out = root / FEWSHOT_DIR
-    path = out / MANIFEST
-    if path.is_file():
-        old = json.loads(path.read_text("utf-8"))
-        if old.get("spec") == asdict(spec) and old.get("pool_sha256") == pool_sha256:
-            try:
-                return out, load_manifest(out)
-            except DataError as exc:
-                raise DataError(
-                    f"the few-shot split in {str(out)!r} is damaged: {exc}",
-                    fix=f"Delete {str(out)!r}; the next `fedtune bench quality --split fewshot` "
-                    "draws it again (deterministically).",
-                ) from exc
-    files, manifest = _build(root, spec, pool_sha256)
-    write_files(out, files, manifest)
+    manifest, new = ensure_drawn(
+        out,
+        lambda old: old.get("spec") == asdict(spec) and old.get("pool_sha256") == pool_sha256,
+        lambda: _build(root, spec, pool_sha256),
+        what="the few-shot split",
+        redraw_hint="the next `fedtune bench quality --split fewshot`",
+    )
+    if not new:
+        return out, manifest
     sizes = [manifest["tenants"][n]["records"] for n in spec.tenant_names]
     logger.info(
         "few-shot split: %d of %d pool records in %s (%s per tenant; %s embedding)",

@@ -64,13 +64,15 @@ def bench_job(
     tenant_model_dir: Path | Mapping[str, Path] | None = None,
     differential_privacy: Mapping[str, Any] | None = None,
     training_overrides: Mapping[str, Any] | None = None,
+    public_path: Path | None = None,
 ) -> JobConfig:
     """A validated job on the suite's tenant files, from the pretrained model, untracked.
 
     No tenant data is held out (``eval_fraction: 0``): the benchmarks score on the suite's
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline. The
     tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
-    its own folder), the public set always from the suite. ``tenant_model_dir``: every
+    its own folder), the public set from ``public_path`` (default: the suite's).
+    ``tenant_model_dir``: every
     tenant's own small model (FedMKT), a pretrained folder with its tokenizer, or one per tenant name.
     ``differential_privacy``: the job's DP section (DP-FedAvg methods), or None.
     ``training_overrides``: more training fields (e.g. device, precision,
@@ -123,7 +125,7 @@ def bench_job(
                 )
                 for t in tenants
             ],
-            "public_data_uri": str((suite_dir / "public.jsonl").resolve()),
+            "public_data_uri": str((public_path or suite_dir / "public.jsonl").resolve()),
             "tracking": {"backend": "none"},
             "differential_privacy": dict(differential_privacy) if differential_privacy else None,
             # The quality benchmark scores the global model of several rounds after the run.

@@ -79,6 +79,7 @@ from fedtune.benchmarks.suite import (
     recorded_public_categories,
 )
 from fedtune.benchmarks.synthesis_steps import synthesis_steps
+from fedtune.benchmarks.tenant_public import ensure_tenant_public_set
 from fedtune.benchmarks.workspace import Workspace
 from fedtune.config.job import JobConfig
 from fedtune.core.errors import ConfigError
@@ -158,6 +159,9 @@ class QualitySpec:
     # Tuned methods: name -> the labels of its grid; the label whose mean final val/em over
     # the seeds is highest (ties: lower val/loss) is reported under the name, on test.
     select: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # 0: the jobs read the suite's public set; N: N records drawn from the tenants'
+    # distribution instead (FedMKT's public data, benchmarks.tenant_public).
+    tenant_public_records: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -252,6 +256,8 @@ def _check(spec: QualitySpec) -> None:
         problems.append(f"unknown split {spec.split!r}; known: {list(SPLITS)}")
     if spec.clients_per_round is not None and spec.clients_per_round < 1:
         problems.append(f"clients_per_round={spec.clients_per_round} must be >= 1")
+    if spec.tenant_public_records < 0:
+        problems.append(f"tenant_public_records={spec.tenant_public_records} must be >= 0")
     for name, grid in spec.select.items():
         stray_grid = [label for label in grid if label not in spec.algorithms]
         if stray_grid or not grid:
@@ -294,6 +300,14 @@ class _Bench:
             self.data_dir, self.split_manifest = ensure_fewshot_split(
                 workspace.suite_dir, spec.fewshot
             )
+        # The public set the jobs read, and what it holds (recorded with the results).
+        self.public_path = workspace.suite_dir / "public.jsonl"
+        self.public: dict[str, Any] = dict(self.manifest["public"])
+        if spec.tenant_public_records:
+            self.public_path, drawn = ensure_tenant_public_set(
+                workspace.suite_dir, spec.tenant_public_records
+            )
+            self.public = {**drawn["public"], "drawn_from": "tenant_mixture"}
         self.tenants = sorted(self.split_manifest["tenants"])
         unknown = sorted(set(spec.tenant_models) - set(self.tenants))
         if unknown:
@@ -425,6 +439,7 @@ class _Bench:
             clients_per_round=self.spec.clients_per_round if len(tenants) > 1 else None,
             tenant_model_dir=tenant_model,
             differential_privacy=privacy,
+            public_path=self.public_path,
         )
 
     def run(self, job: JobConfig) -> list[Metrics]:
@@ -796,7 +811,7 @@ def run_quality(workspace: Workspace, spec: QualitySpec, log: Log | None = None)
     tuned, selection = select_tuned(runs, spec.select)
     runs += tuned
     table = summarize(runs)
-    suite = {k: bench.manifest[k] for k in ("spec", "tenants", "public", "test")}
+    suite = {k: bench.manifest[k] for k in ("spec", "tenants", "test")} | {"public": bench.public}
     # What a model with no skill scores per category, which the premises read (workspaces
     # made before the manifest recorded it get it from the test set they evaluate on).
     suite["test"] = {**suite["test"], "constant_answer_em": constant_answer_em(bench.test_records)}

@@ -32,7 +32,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +45,7 @@ from fedtune.data.synthetic import CATEGORIES, generate, generate_mixture
 
 __all__ = [
     "MANIFEST",
+    "SCARCE_CATEGORIES",
     "PUBLIC_MIXTURE",
     "TENANT_MIXTURE",
     "Suite",
@@ -52,6 +53,7 @@ __all__ = [
     "build_suite",
     "category_shares",
     "constant_answer_em",
+    "ensure_drawn",
     "describe_set",
     "digests",
     "load_manifest",
@@ -68,7 +70,7 @@ Record = dict[str, str]
 
 MANIFEST: Final = "suite.json"
 # Categories with too few distinct records to draw a pretraining corpus from (see above).
-_SCARCE: Final = ("classify",)
+SCARCE_CATEGORIES: Final = ("classify",)
 # The tenants together see every category about equally (classify is small: see above).
 TENANT_MIXTURE: Final[dict[str, float]] = {
     "arithmetic": 0.225,
@@ -282,7 +284,7 @@ def build_suite(spec: SuiteSpec) -> Suite:
         spec.public_records, spec.public_mixture, seed=spec.seed + 1, exclude=pool
     )
     test = generate(spec.test_per_category, seed=spec.seed + 2, exclude=pool + public)
-    extra_mixture = {c: w for c, w in spec.public_mixture.items() if c not in _SCARCE}
+    extra_mixture = {c: w for c, w in spec.public_mixture.items() if c not in SCARCE_CATEGORIES}
     extra = (
         generate_mixture(
             spec.pretrain_records, extra_mixture, seed=spec.seed + 3, exclude=pool + public + test
@@ -330,6 +332,35 @@ def write_files(out_dir: str | Path, files: Mapping[str, bytes], manifest: Mappi
     for name, data in files.items():
         (out / name).write_bytes(data)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+
+
+def ensure_drawn(
+    out_dir: Path,
+    same: Callable[[Mapping[str, Any]], bool],
+    draw: Callable[[], tuple[dict[str, bytes], dict[str, Any]]],
+    *,
+    what: str,
+    redraw_hint: str,
+) -> tuple[dict[str, Any], bool]:
+    """A set drawn from the suite into ``out_dir`` (the few-shot split, the tenants' public
+    set): its manifest if one there is ``same`` (drawn with these settings from this pool),
+    else ``draw()``'s files written, manifest last. The flag says whether it was drawn now.
+
+    Raises:
+        DataError: The manifest is the same but a file no longer matches it.
+    """
+    path = out_dir / MANIFEST
+    if path.is_file() and same(json.loads(path.read_text("utf-8"))):
+        try:
+            return load_manifest(out_dir), False
+        except DataError as exc:
+            raise DataError(
+                f"{what} in {str(out_dir)!r} is damaged: {exc}",
+                fix=f"Delete {str(out_dir)!r}; {redraw_hint} draws it again (deterministically).",
+            ) from exc
+    files, manifest = draw()
+    write_files(out_dir, files, manifest)
+    return manifest, True
 
 
 def write_suite(suite: Suite, out_dir: str | Path) -> dict[str, Any]:
