@@ -54,7 +54,7 @@ def test_a_mismatching_committed_base_is_ignored_with_one_line_why(
     asked = corpus if change == "spec" else "0" * 64
     with caplog.at_level(logging.INFO, logger=bases.__name__):
         assert adopt_committed("large", spec, asked, tmp_path / "ws", root) is None
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.name == bases.__name__]
     assert len(lines) == 1 and "ignored" in lines[0] and reason in lines[0] and str(root / "large") in lines[0]
     assert not (tmp_path / "ws").exists()
 
@@ -64,7 +64,7 @@ def test_an_absent_committed_base_is_silent(committed: tuple[Path, str], tmp_pat
     other = dataclasses.replace(TINY, steps=3)  # no folder holds a base of this spec
     with caplog.at_level(logging.INFO, logger=bases.__name__):
         assert adopt_committed("small", other, corpus, tmp_path / "ws", root) is None
-    assert caplog.records == []
+    assert [r.getMessage() for r in caplog.records if r.name == bases.__name__] == []
     assert not (tmp_path / "ws").exists()
 
 
@@ -79,10 +79,14 @@ def test_a_base_committed_under_another_name_is_found_by_its_spec(
     shutil.copytree(root / "large", shelf / "large-earlier")
     newer = dataclasses.replace(TINY, steps=3)
     pt.pretrain(newer, generate(3, seed=7), generate(3, seed=7)[:5], shelf / "large")
+    # Only the lookups' own records: pretraining above logs at INFO whenever an earlier test
+    # on this worker left logging at INFO, which says nothing about the lookup.
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger=bases.__name__):
         assert committed_base("large", TINY, corpus, shelf) == shelf / "large-earlier"
         assert committed_base("large", newer, corpus, shelf) == shelf / "large"
-    assert caplog.records == []  # a match anywhere is no mismatch to report
+    # A match anywhere is no mismatch to report.
+    assert [r.getMessage() for r in caplog.records if r.name == bases.__name__] == []
 
 
 def test_bench_pretrain_copies_a_committed_base_instead_of_pretraining(

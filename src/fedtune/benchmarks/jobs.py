@@ -72,8 +72,8 @@ def bench_job(
     own test set. Tenant ``central`` is the pooled data of the Centralized baseline. The
     tenants' files are read from ``data_dir`` (default: the suite; the few-shot split has
     its own folder), the public set from ``public_path`` (default: the suite's).
-    ``tenant_model_dir``: every
-    tenant's own small model (FedMKT), a pretrained folder with its tokenizer, or one per tenant name.
+    ``tenant_model_dir``: every tenant's own small model (FedMKT), a pretrained folder with
+    its tokenizer, or one per tenant name.
     ``differential_privacy``: the job's DP section (DP-FedAvg methods), or None.
     ``training_overrides``: more training fields (e.g. device, precision,
     gradient_checkpointing), over the settings'.
