@@ -11,13 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fedtune
+from fedtune.engines.parent_death import ENGINE_PID_ENV
 
 SRC = Path(fedtune.__file__).resolve().parents[1]
 
 
 def fedtune_env(**extra: str) -> dict[str, str]:
-    """The environment of a child ``fedtune``: this checkout's sources, no MLflow URI."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    """The environment of a child ``fedtune``: this checkout's sources, no MLflow URI, and
+    no engine to watch: an engine an earlier test ran in this process named itself in
+    ``$FEDTUNE_ENGINE_PID``, and a child that inherited it would take this process for its
+    parent and end itself at once (``parent_death.exit_when_orphaned``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", ENGINE_PID_ENV)}
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra)

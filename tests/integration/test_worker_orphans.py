@@ -114,6 +114,7 @@ def test_a_guarded_child_dies_with_its_parent(tmp_path: Path, guard: str) -> Non
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         kids = parent.children()
+        assert ready.exists() and _alive(kids), "the guarded child did not start, or ended on its own"
         parent.kill()
         parent.wait(timeout=10)
         assert kids and _left_after(kids) == []
