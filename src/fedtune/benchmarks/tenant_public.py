@@ -5,18 +5,20 @@ is the public set every party shares, four are the clients' private data. Its pu
 therefore the tenants' own distribution, and the LLM can learn there what the tenants know.
 The suite's ``public.jsonl`` has another mixture on purpose (FedBiOT's distribution drift,
 no counting records), so the FedMKT comparisons use this set instead
-(``QualitySpec.public_set = "tenants"``):
+(``QualitySpec.tenant_public_records``):
 
 ```
 DIR/suite/tenant-public/public.jsonl   new records in the tenants' category mixture
-DIR/suite/tenant-public/suite.json     suite spec, records, sha256 of the pool and of the file
+DIR/suite/tenant-public/suite.json     size, mixture, category counts, the sha256 of every
+                                       suite file it was drawn against and of its own file
 ```
 
 The records are drawn with the suite's generator and the suite's recorded tenant mixture
-less its scarce categories (classify: every distinct record is in the suite already), none equal to a record of the suite's files (pool, public, test, validation, pretraining
-corpus; read from disk after their sha256 checks). A manifest for another size or pool is
-redrawn (the set is a pure function of both and the suite); one whose file no longer
-matches its sha256 is an error.
+less its scarce categories (classify: every distinct record is in the suite already), none
+equal to a record of the suite's files (pool, public, test, validation, pretraining corpus;
+read from disk after their sha256 checks). A manifest for another size or another suite is
+redrawn (the set is a pure function of both); one whose file no longer matches its sha256
+is an error.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 #: The set's folder inside the suite folder.
 TENANT_PUBLIC_DIR: Final = "tenant-public"
-_POOL: Final = "central.jsonl"
 # After the suite's own seeds (seed .. seed + 4).
 _SEED_OFFSET: Final = 5
 # The suite's sets a drawn record must differ from (public.jsonl is inside pretrain.jsonl).
@@ -61,7 +62,7 @@ def _build(suite_dir: Path, manifest: dict[str, Any], records: int) -> tuple[dic
     drawn = {
         "records": records,
         "tenant_mixture": mixture,
-        "pool_sha256": manifest["files"][_POOL],
+        "suite_files": manifest["files"],
         "public": describe_set(public),
         "files": digests(files),
     }
@@ -70,7 +71,7 @@ def _build(suite_dir: Path, manifest: dict[str, Any], records: int) -> tuple[dic
 
 def ensure_tenant_public_set(suite_dir: str | Path, records: int) -> tuple[Path, dict[str, Any]]:
     """The set's ``public.jsonl`` and its manifest, drawn first if absent or drawn for another
-    size or pool.
+    size or from another suite.
 
     Raises:
         ConfigError: The suite folder holds no suite, or ``records`` is below 1.
@@ -85,10 +86,10 @@ def ensure_tenant_public_set(suite_dir: str | Path, records: int) -> tuple[Path,
     root = Path(suite_dir)
     manifest = load_manifest(root)
     out = root / TENANT_PUBLIC_DIR
-    pool = manifest["files"][_POOL]
+    # Every suite file, not only the pool: the drawn records avoid all of them.
     drawn, new = ensure_drawn(
         out,
-        lambda old: old.get("records") == records and old.get("pool_sha256") == pool,
+        lambda old: old.get("records") == records and old.get("suite_files") == manifest["files"],
         lambda: _build(root, manifest, records),
         what="the tenants' public set",
         redraw_hint="the next FedMKT comparison",
